@@ -1,0 +1,32 @@
+// Package fleet applies the agents' reports (core/wire) to the core's engine
+// table on the core side.
+//
+// A Registry keeps, per node, the current epoch, the last applied sequence
+// number and when the node last reported (by the core's clock, passed in).
+// A report from an older epoch is refused as stale (ErrStaleEpoch); one whose
+// sequence number is not above the last applied one in the same epoch is
+// refused as a replay or out of order (ErrReplay). A larger epoch is a
+// restarted agent: it is accepted and its sequence starts over.
+//
+// Reports change the engine table through EngineSink, which *core.Core
+// satisfies: UpsertEngine when the registry first sees an engine (or its
+// model/GPU kind changes), UpdateEngine for every snapshot and liveness
+// event. The role in the first upsert is the one the agent was configured
+// with; later role changes are the controller's and are never overwritten.
+// Sweep marks every engine of a node that has not reported for staleAfterNs
+// as not live, once; the node's next snapshot makes them live again.
+//
+// Choices where the spec is silent: freshness is judged on the core's
+// clock at receipt, never on the agent's (clocks drift); an engine that a
+// node stops listing in its snapshots is marked not live (the sink has no
+// removal); an engine id claimed by a second node while the first is fresh
+// is refused for the second (ids must be fleet-unique); an empty token
+// disables authentication (for tests and loopback only; the service should
+// always pass one).
+//
+// Concurrency: all methods are safe for concurrent use; one mutex guards
+// the node table, and sink calls are made while holding it so that reports
+// of one node are applied in order.
+// Allocation: ingest is not a hot path (a few reports per node per second);
+// it allocates for JSON decoding.
+package fleet
