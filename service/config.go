@@ -1,0 +1,441 @@
+package service
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+)
+
+// Config is the whole service configuration. Every leaf field is settable
+// from the YAML file (its yaml tag path), the environment
+// (NARWHAL_<PATH>, dots as underscores, upper case) and a flag
+// (--<path>); precedence flags > environment > file > defaults. Lists
+// (engines) come from the file only.
+type Config struct {
+	// Listen is the API listener, host:port.
+	Listen string `yaml:"listen" json:"listen"`
+	// AdminListen is the pprof listener; empty (the default) disables it.
+	AdminListen string `yaml:"admin_listen" json:"admin_listen"`
+	// DataDir holds the decision journal (journal.jsonl) and the
+	// controller state (state.json); empty keeps both in memory only.
+	DataDir  string `yaml:"data_dir" json:"data_dir"`
+	LogLevel string `yaml:"log_level" json:"log_level"`
+
+	Auth    AuthConfig   `yaml:"auth" json:"auth"`
+	TLS     TLSConfig    `yaml:"tls" json:"tls"`
+	HTTP    HTTPConfig   `yaml:"http" json:"http"`
+	Events  EventsConfig `yaml:"events" json:"events"`
+	Agents  AgentsConfig `yaml:"agents" json:"agents"`
+	Engines []EngineSeed `yaml:"engines" json:"engines"`
+	Core    coreConfig   `yaml:"core" json:"core"`
+}
+
+// AuthConfig: bearer token for every write (events, agent reports).
+type AuthConfig struct {
+	// Token is the bearer token. Prefer TokenFile or NARWHAL_AUTH_TOKEN
+	// over writing it into the config file.
+	Token     string `yaml:"token" json:"-"`
+	TokenFile string `yaml:"token_file" json:"token_file"`
+	// AllowUnauthenticated must be set explicitly to run writes without
+	// a token (tests, demos).
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated" json:"allow_unauthenticated"`
+}
+
+// TLSConfig enables TLS on the API listener when both files are set.
+type TLSConfig struct {
+	CertFile string `yaml:"cert_file" json:"cert_file"`
+	KeyFile  string `yaml:"key_file" json:"key_file"`
+}
+
+// HTTPConfig: server timeouts and request size limits.
+type HTTPConfig struct {
+	ReadHeaderTimeoutS float64 `yaml:"read_header_timeout_s" json:"read_header_timeout_s"`
+	ReadTimeoutS       float64 `yaml:"read_timeout_s" json:"read_timeout_s"`
+	WriteTimeoutS      float64 `yaml:"write_timeout_s" json:"write_timeout_s"`
+	IdleTimeoutS       float64 `yaml:"idle_timeout_s" json:"idle_timeout_s"`
+	ShutdownTimeoutS   float64 `yaml:"shutdown_timeout_s" json:"shutdown_timeout_s"`
+	// MaxBodyBytes bounds one POST body (events and agent reports).
+	MaxBodyBytes int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
+	// MaxLineBytes bounds one event line.
+	MaxLineBytes int64 `yaml:"max_line_bytes" json:"max_line_bytes"`
+}
+
+// EventsConfig: what an event may say (see Limits).
+type EventsConfig struct {
+	MaxTokens   int64   `yaml:"max_tokens" json:"max_tokens"`
+	MaxPastS    float64 `yaml:"max_past_s" json:"max_past_s"`
+	MaxFutureS  float64 `yaml:"max_future_s" json:"max_future_s"`
+	MaxRequestS float64 `yaml:"max_request_s" json:"max_request_s"`
+}
+
+// AgentsConfig: the agents' ingest endpoint and readiness.
+type AgentsConfig struct {
+	// Required: /readyz is ready only while some agent reported within
+	// StaleAfterS. Set false to run without agents (static engines).
+	Required    bool    `yaml:"required" json:"required"`
+	StaleAfterS float64 `yaml:"stale_after_s" json:"stale_after_s"`
+	// SweepS is how often nodes that stopped reporting are marked not live.
+	SweepS float64 `yaml:"sweep_s" json:"sweep_s"`
+}
+
+// EngineSeed is a static engine registered at start (clusters without
+// agents, demos, tests).
+type EngineSeed struct {
+	ID               string `yaml:"id" json:"id"`
+	Node             string `yaml:"node" json:"node"`
+	Model            string `yaml:"model" json:"model"`
+	GPU              string `yaml:"gpu" json:"gpu"`
+	Role             string `yaml:"role" json:"role"`
+	KVCapacityTokens int64  `yaml:"kv_capacity_tokens" json:"kv_capacity_tokens"`
+}
+
+// Engine converts the seed to a live, serving engine.
+func (e EngineSeed) Engine() controller.Engine {
+	r, _ := controller.ParseRole(e.Role)
+	return controller.Engine{ID: e.ID, Node: e.Node, Model: e.Model, GPU: e.GPU, Role: r,
+		State: controller.StateServing, Live: true, KVCapacityTokens: e.KVCapacityTokens}
+}
+
+// DefaultConfig returns the defaults every source overrides.
+func DefaultConfig() Config {
+	l := DefaultLimits()
+	return Config{
+		Listen:   ":8080",
+		LogLevel: "info",
+		HTTP: HTTPConfig{
+			ReadHeaderTimeoutS: 5, ReadTimeoutS: 30, WriteTimeoutS: 30, IdleTimeoutS: 120,
+			ShutdownTimeoutS: 10, MaxBodyBytes: 8 << 20, MaxLineBytes: 4 << 10,
+		},
+		Events: EventsConfig{
+			MaxTokens: l.MaxTokens, MaxPastS: float64(l.MaxPastNs) / 1e9,
+			MaxFutureS: float64(l.MaxFutureNs) / 1e9, MaxRequestS: float64(l.MaxRequestNs) / 1e9,
+		},
+		Agents: AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1},
+		Core:   defaultCoreConfig(),
+	}
+}
+
+// Limits returns the event limits in nanoseconds.
+func (c *Config) Limits() Limits {
+	return Limits{
+		MaxTokens:    c.Events.MaxTokens,
+		MaxPastNs:    int64(c.Events.MaxPastS * 1e9),
+		MaxFutureNs:  int64(c.Events.MaxFutureS * 1e9),
+		MaxRequestNs: int64(c.Events.MaxRequestS * 1e9),
+	}
+}
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("invalid configuration")
+
+// Validate checks every field; the error names field, value and rule, e.g.
+// "http.max_body_bytes must be > 0, got -1". It also loads the token file.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	hostPort := func(name, v string, optional bool) {
+		if v == "" && optional {
+			return
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			bad("%s must be host:port, got %q", name, v)
+		}
+	}
+	hostPort("listen", c.Listen, false)
+	hostPort("admin_listen", c.AdminListen, true)
+	if c.AdminListen != "" && c.AdminListen == c.Listen {
+		bad("admin_listen must differ from listen, got %q", c.AdminListen)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level must be one of debug, info, warn, error, got %q", c.LogLevel)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		bad("tls.cert_file and tls.key_file must be set together, got cert_file=%q key_file=%q", c.TLS.CertFile, c.TLS.KeyFile)
+	}
+	if c.Auth.Token != "" && c.Auth.TokenFile != "" {
+		bad("auth.token and auth.token_file are exclusive, got both")
+	}
+	if c.Auth.TokenFile != "" {
+		b, err := os.ReadFile(c.Auth.TokenFile)
+		switch {
+		case err != nil:
+			bad("auth.token_file must be readable, got %q: %v", c.Auth.TokenFile, err)
+		case len(bytes.TrimSpace(b)) == 0:
+			bad("auth.token_file must hold a token, got empty file %q", c.Auth.TokenFile)
+		default:
+			c.Auth.Token = string(bytes.TrimSpace(b))
+		}
+	}
+	if c.Auth.Token == "" && c.Auth.TokenFile == "" && !c.Auth.AllowUnauthenticated {
+		bad("auth.token must be set (or auth.token_file, or NARWHAL_AUTH_TOKEN), got none; set auth.allow_unauthenticated=true to run writes without a token")
+	}
+	pos := func(name string, v float64) {
+		if !(v > 0) || math.IsInf(v, 0) {
+			bad("%s must be > 0, got %v", name, v)
+		}
+	}
+	posInt := func(name string, v int64) {
+		if v <= 0 {
+			bad("%s must be > 0, got %d", name, v)
+		}
+	}
+	pos("http.read_header_timeout_s", c.HTTP.ReadHeaderTimeoutS)
+	pos("http.read_timeout_s", c.HTTP.ReadTimeoutS)
+	pos("http.write_timeout_s", c.HTTP.WriteTimeoutS)
+	pos("http.idle_timeout_s", c.HTTP.IdleTimeoutS)
+	pos("http.shutdown_timeout_s", c.HTTP.ShutdownTimeoutS)
+	posInt("http.max_body_bytes", c.HTTP.MaxBodyBytes)
+	posInt("http.max_line_bytes", c.HTTP.MaxLineBytes)
+	if c.HTTP.MaxLineBytes > c.HTTP.MaxBodyBytes && c.HTTP.MaxBodyBytes > 0 {
+		bad("http.max_line_bytes must be <= http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxLineBytes)
+	}
+	posInt("events.max_tokens", c.Events.MaxTokens)
+	pos("events.max_past_s", c.Events.MaxPastS)
+	pos("events.max_future_s", c.Events.MaxFutureS)
+	pos("events.max_request_s", c.Events.MaxRequestS)
+	const maxSpanS = 365 * 24 * 3600
+	for _, f := range []struct {
+		n string
+		v float64
+	}{{"events.max_past_s", c.Events.MaxPastS}, {"events.max_future_s", c.Events.MaxFutureS}, {"events.max_request_s", c.Events.MaxRequestS}} {
+		if f.v > maxSpanS {
+			bad("%s must be <= %d, got %v", f.n, maxSpanS, f.v)
+		}
+	}
+	pos("agents.stale_after_s", c.Agents.StaleAfterS)
+	pos("agents.sweep_s", c.Agents.SweepS)
+	seen := map[string]bool{}
+	for i, e := range c.Engines {
+		if e.ID == "" {
+			bad("engines[%d].id must not be empty, got %q", i, e.ID)
+		}
+		if seen[e.ID] {
+			bad("engines[%d].id must be unique, got duplicate %q", i, e.ID)
+		}
+		seen[e.ID] = true
+		if _, ok := controller.ParseRole(e.Role); !ok {
+			bad("engines[%d].role must be prefill or decode, got %q", i, e.Role)
+		}
+		if e.KVCapacityTokens < 0 {
+			bad("engines[%d].kv_capacity_tokens must be >= 0, got %d", i, e.KVCapacityTokens)
+		}
+	}
+	if err := c.Core.Validate(); err != nil {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "core.") {
+			msg = "core." + msg
+		}
+		bad("%s", msg)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// Load builds the configuration from defaults, the YAML file (--config or
+// NARWHAL_CONFIG), the environment (getenv) and the flags in args, in
+// increasing precedence, then validates it. The returned FlagSet's usage
+// lists every setting.
+func Load(args []string, getenv func(string) string) (Config, error) {
+	cfg := DefaultConfig()
+	leaves := settings(&cfg)
+	fs := flag.NewFlagSet("narwhal-core", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", "", "YAML configuration file (env NARWHAL_CONFIG)")
+	type rawFlag struct{ name, value string }
+	var flagged []rawFlag
+	for _, s := range leaves {
+		name := s.path
+		fs.Func(name, s.help(), func(v string) error {
+			flagged = append(flagged, rawFlag{name, v})
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, fmt.Errorf("%w: flags: %w", ErrConfig, err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("%w: unexpected argument %q", ErrConfig, fs.Arg(0))
+	}
+	path := *configPath
+	if path == "" {
+		path = getenv("NARWHAL_CONFIG")
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: reading config file: %w", ErrConfig, err)
+		}
+		if err := decodeYAML(b, &cfg); err != nil {
+			return cfg, fmt.Errorf("%w: config file %s: %w", ErrConfig, path, err)
+		}
+	}
+	leaves = settings(&cfg)
+	byPath := map[string]setting{}
+	for _, s := range leaves {
+		byPath[s.path] = s
+		if v := getenv(s.env()); v != "" {
+			if err := s.set(v); err != nil {
+				return cfg, fmt.Errorf("%w: env %s: %w", ErrConfig, s.env(), err)
+			}
+		}
+	}
+	for _, f := range flagged {
+		if err := byPath[f.name].set(f.value); err != nil {
+			return cfg, fmt.Errorf("%w: flag --%s: %w", ErrConfig, f.name, err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Usage writes every setting with its flag, environment variable and
+// default.
+func Usage(w io.Writer) {
+	cfg := DefaultConfig()
+	fmt.Fprintf(w, "Usage: narwhal-core [--config FILE] [--SETTING VALUE ...]\n\n")
+	fmt.Fprintf(w, "  --config FILE  (env NARWHAL_CONFIG) YAML configuration file\n")
+	for _, s := range settings(&cfg) {
+		fmt.Fprintf(w, "  --%s  (env %s) default %v\n", s.path, s.env(), s.v.Interface())
+	}
+}
+
+// decodeYAML decodes strictly: unknown fields and trailing documents are
+// errors.
+func decodeYAML(b []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // empty file: defaults
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("more than one YAML document")
+	}
+	return nil
+}
+
+// setting is one leaf of Config reachable by its path.
+type setting struct {
+	path string
+	v    reflect.Value
+}
+
+func (s setting) env() string {
+	return "NARWHAL_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(s.path))
+}
+
+func (s setting) help() string {
+	return fmt.Sprintf("%s (env %s)", s.v.Kind(), s.env())
+}
+
+func (s setting) set(raw string) error {
+	switch s.v.Kind() {
+	case reflect.String:
+		s.v.SetString(raw)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%s must be a boolean, got %q", s.path, raw)
+		}
+		s.v.SetBool(b)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n, err := strconv.ParseInt(raw, 10, s.v.Type().Bits())
+		if err != nil {
+			return fmt.Errorf("%s must be an integer, got %q", s.path, raw)
+		}
+		s.v.SetInt(n)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		n, err := strconv.ParseUint(raw, 10, s.v.Type().Bits())
+		if err != nil {
+			return fmt.Errorf("%s must be a non-negative integer, got %q", s.path, raw)
+		}
+		s.v.SetUint(n)
+	case reflect.Float32, reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("%s must be a finite number, got %q", s.path, raw)
+		}
+		s.v.SetFloat(f)
+	default:
+		return fmt.Errorf("%s can only be set in the config file", s.path)
+	}
+	return nil
+}
+
+// settings lists the scalar leaves of cfg by yaml path, sorted.
+func settings(cfg *Config) []setting {
+	var out []setting
+	walkSettings(reflect.ValueOf(cfg).Elem(), "", &out)
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out
+}
+
+func walkSettings(v reflect.Value, prefix string, out *[]setting) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := tagName(f)
+		if name == "-" {
+			continue
+		}
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		fv := v.Field(i)
+		switch fv.Kind() {
+		case reflect.Struct:
+			if f.Anonymous && f.Tag.Get("yaml") == "" {
+				walkSettings(fv, prefix, out)
+			} else {
+				walkSettings(fv, path, out)
+			}
+		case reflect.String, reflect.Bool, reflect.Float32, reflect.Float64,
+			reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			*out = append(*out, setting{path: path, v: fv})
+		}
+	}
+}
+
+// tagName is the field's yaml name (json tag as fallback, then the
+// lower-cased field name, as yaml.v3 does).
+func tagName(f reflect.StructField) string {
+	for _, key := range []string{"yaml", "json"} {
+		if tag, ok := f.Tag.Lookup(key); ok {
+			name, _, _ := strings.Cut(tag, ",")
+			if name != "" {
+				return name
+			}
+		}
+	}
+	return strings.ToLower(f.Name)
+}

@@ -1,0 +1,31 @@
+package service
+
+import "fmt"
+
+// The facade's introspection types, named once so that the Core interface
+// matches *core.Core exactly. The service only encodes them as JSON.
+
+// roleTable is placeholder until controller.RoleTable lands.
+type roleTable struct {
+	Version uint64   `json:"version"`
+	Prefill []string `json:"prefill"`
+	Decode  []string `json:"decode"`
+}
+
+type decision = map[string]any
+
+type coreState = map[string]any
+
+// coreConfig is a placeholder until core.Config lands.
+type coreConfig struct {
+	StepS float64 `yaml:"step_s" json:"step_s"`
+}
+
+func defaultCoreConfig() coreConfig { return coreConfig{StepS: 1} }
+
+func (c coreConfig) Validate() error {
+	if !(c.StepS > 0) {
+		return fmt.Errorf("step_s must be > 0, got %v", c.StepS)
+	}
+	return nil
+}

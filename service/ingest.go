@@ -1,0 +1,273 @@
+package service
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// maxListedErrors bounds the refusals a reply lists one by one; the
+// counts always cover every line.
+const maxListedErrors = 1000
+
+// IngestReply is the JSON body of every POST /v1/events answer that got as
+// far as reading the body.
+type IngestReply struct {
+	// Accepted and Refused count non-blank lines.
+	Accepted int `json:"accepted"`
+	Refused  int `json:"refused"`
+	// AcceptedLines lists the accepted lines as inclusive 1-based
+	// [first, last] ranges.
+	AcceptedLines [][2]int `json:"accepted_lines"`
+	// Errors says why each refused line was refused (the first 1000).
+	Errors []LineError `json:"errors"`
+	// ErrorsTruncated is set when more lines were refused than listed.
+	ErrorsTruncated bool `json:"errors_truncated,omitempty"`
+}
+
+// LineError is one refused line.
+type LineError struct {
+	Line  int    `json:"line"`
+	Error string `json:"error"`
+}
+
+// errorReply is the body of a request refused as a whole.
+type errorReply struct {
+	Error string `json:"error"`
+}
+
+// Ingest applies NDJSON event batches to a core. It is safe for
+// concurrent use; each request borrows a decoder and a buffer from pools.
+type Ingest struct {
+	core     EventSink
+	limits   Limits
+	maxBody  int64
+	maxLine  int
+	now      func() int64
+	metrics  *httpMetrics
+	bufs     sync.Pool
+	decoders sync.Pool
+}
+
+// NewIngest returns the /v1/events handler logic.
+func NewIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64, m *httpMetrics) *Ingest {
+	if m == nil {
+		m = newHTTPMetrics()
+	}
+	in := &Ingest{core: c, limits: limits, maxBody: maxBody, maxLine: int(maxLine), now: now, metrics: m}
+	in.bufs.New = func() any { return new(bytes.Buffer) }
+	in.decoders.New = func() any { return NewDecoder() }
+	return in
+}
+
+// ServeHTTP handles POST /v1/events (authentication is the caller's).
+func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, errorReply{"method " + r.Method + " not allowed; POST newline-delimited JSON events"})
+		return
+	}
+	buf := in.bufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			buf.Reset()
+			in.bufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	n, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, in.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{fmt.Sprintf("body exceeds %d bytes; nothing was applied", in.maxBody)})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, errorReply{fmt.Sprintf("reading body: %v; nothing was applied", err)})
+		return
+	}
+	if n > in.maxBody {
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{fmt.Sprintf("body exceeds %d bytes (http.max_body_bytes); nothing was applied", in.maxBody)})
+		return
+	}
+	reply := in.Apply(buf.Bytes())
+	code := http.StatusOK
+	if reply.Refused > 0 {
+		code = http.StatusUnprocessableEntity
+	}
+	writeJSON(w, code, reply)
+}
+
+// Apply decodes, validates and applies body line by line at the server's
+// current time. A refused line changes nothing; the others are applied in
+// order.
+func (in *Ingest) Apply(body []byte) IngestReply {
+	nowNs := in.now()
+	dec := in.decoders.Get().(*Decoder)
+	defer in.decoders.Put(dec)
+	var (
+		reply  IngestReply
+		ev     Event
+		counts [numEventTypes][2]int
+		runLo  int
+	)
+	closeRun := func(line int) {
+		if runLo > 0 {
+			reply.AcceptedLines = append(reply.AcceptedLines, [2]int{runLo, line - 1})
+			runLo = 0
+		}
+	}
+	line := 0
+	for len(body) > 0 {
+		var l []byte
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			l, body = body[:i], body[i+1:]
+		} else {
+			l, body = body, nil
+		}
+		line++
+		if isBlank(l) {
+			closeRun(line)
+			continue
+		}
+		err := in.line(dec, l, &ev, nowNs)
+		if err == nil {
+			counts[ev.Type][0]++
+			reply.Accepted++
+			if runLo == 0 {
+				runLo = line
+			}
+			continue
+		}
+		closeRun(line)
+		counts[ev.Type][1]++
+		reply.Refused++
+		if len(reply.Errors) < maxListedErrors {
+			reply.Errors = append(reply.Errors, LineError{Line: line, Error: err.Error()})
+		} else {
+			reply.ErrorsTruncated = true
+		}
+	}
+	closeRun(line + 1)
+	for t := range counts {
+		for k, n := range counts[t] {
+			if n > 0 {
+				in.metrics.eventCounters[t][k].Add(float64(n))
+			}
+		}
+	}
+	if reply.AcceptedLines == nil {
+		reply.AcceptedLines = [][2]int{}
+	}
+	if reply.Errors == nil {
+		reply.Errors = []LineError{}
+	}
+	return reply
+}
+
+func (in *Ingest) line(dec *Decoder, l []byte, ev *Event, nowNs int64) error {
+	if len(l) > in.maxLine {
+		*ev = Event{}
+		return fmt.Errorf("%w: %d bytes, limit %d (http.max_line_bytes)", ErrLineTooLong, len(l), in.maxLine)
+	}
+	if err := dec.Decode(l, ev); err != nil {
+		if !errors.Is(err, ErrUnknownField) && !errors.Is(err, ErrMissingField) {
+			ev.Type = EventInvalid
+		}
+		return err
+	}
+	if err := in.limits.Validate(ev, nowNs); err != nil {
+		return err
+	}
+	if err := applyEvent(in.core, ev); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrRejected, ev.Type, err)
+	}
+	return nil
+}
+
+func isBlank(l []byte) bool {
+	for _, c := range l {
+		if c != ' ' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// applyEvent makes the one core call for ev.
+func applyEvent(c EventSink, ev *Event) error {
+	switch ev.Type {
+	case EventOfferStarted:
+		c.OfferStarted(ev.TsNs)
+		return nil
+	case EventOfferAbandoned:
+		c.OfferAbandoned(ev.TsNs)
+		return nil
+	case EventSized:
+		return c.OfferSized(ev.ArrivalNs, ev.EstInputTokens, ev.RequestedOutputTokens)
+	case EventTokenized:
+		return c.Tokenized(ev.ArrivalNs, ev.EstInputTokens, ev.InputTokens, ev.RequestedOutputTokens)
+	case EventAdmitted:
+		return c.Admitted(ev.TsNs, ev.Engine, ev.InputTokens, ev.RequestedOutputTokens)
+	case EventRefused:
+		return c.Refused(ev.TsNs)
+	case EventFirstToken:
+		return c.FirstToken(ev.TsNs, ev.ArrivalNs)
+	case EventCompleted:
+		return c.Completed(ev.TsNs, ev.ArrivalNs, ev.FirstTokenNs, ev.RequestedOutputTokens, ev.OutputTokens)
+	case EventFailed:
+		return c.Failed(ev.TsNs, ev.ArrivalNs, ev.FirstTokenNs)
+	case EventExpired:
+		return c.Expired(ev.TsNs, ev.ArrivalNs, ev.FirstTokenNs)
+	}
+	return fmt.Errorf("BUG: event type %d reached apply", ev.Type)
+}
+
+// bearer guards writes with a bearer token compared in constant time (both
+// sides hashed first, so the comparison does not leak the length either).
+type bearer struct {
+	want [32]byte
+	open bool
+}
+
+func newBearer(token string) *bearer {
+	if token == "" {
+		return &bearer{open: true}
+	}
+	return &bearer{want: sha256.Sum256([]byte(token))}
+}
+
+func (b *bearer) wrap(h http.Handler) http.Handler {
+	if b.open {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
+			writeJSON(w, http.StatusUnauthorized, errorReply{"missing bearer token: send Authorization: Bearer <token>; nothing was applied"})
+			return
+		}
+		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		if subtle.ConstantTimeCompare(got[:], b.want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal", error="invalid_token"`)
+			writeJSON(w, http.StatusUnauthorized, errorReply{"wrong bearer token; nothing was applied"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}

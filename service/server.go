@@ -1,0 +1,331 @@
+package service
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/narwhal-io/narwhal/core/fleet"
+)
+
+// Decision listing limits for GET /v1/decisions.
+const (
+	defaultDecisionLimit = 100
+	maxDecisionLimit     = 1000
+)
+
+// Option adjusts a Server.
+type Option func(*Server)
+
+// WithClock replaces the wall clock (Unix ns) for event validation, agent
+// staleness and readiness; tests pass a virtual clock.
+func WithClock(now func() int64) Option { return func(s *Server) { s.now = now } }
+
+// WithoutControlLoop keeps Serve from running the core's Run loop: the
+// caller drives Step itself (tests, the simulator).
+func WithoutControlLoop() Option { return func(s *Server) { s.noRun = true } }
+
+// Server is the narwhal-core HTTP service around one core.
+type Server struct {
+	cfg      Config
+	core     Core
+	log      *slog.Logger
+	now      func() int64
+	noRun    bool
+	registry *fleet.Registry
+	metrics  *httpMetrics
+	prom     *prometheus.Registry
+	ingest   *Ingest
+	handler  http.Handler
+
+	api, admin     *http.Server
+	apiLn, adminLn net.Listener
+
+	serveOnce sync.Once
+}
+
+// New validates nothing beyond what Config.Validate did (call Load or
+// Validate first), registers the configured static engines the core does
+// not know yet, binds the listeners (so Addr is known before Serve) and
+// builds the routes. Serve takes over closing the core.
+func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, error) {
+	if c == nil {
+		return nil, errors.New("service: nil core")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, core: c, log: logger, now: func() int64 { return time.Now().UnixNano() }}
+	for _, o := range opts {
+		o(s)
+	}
+	known := map[string]bool{}
+	for _, e := range c.Engines() {
+		known[e.ID] = true
+	}
+	for _, seed := range cfg.Engines {
+		if known[seed.ID] {
+			continue
+		}
+		if err := c.UpsertEngine(seed.Engine()); err != nil {
+			return nil, fmt.Errorf("service: registering engine %q: %w", seed.ID, err)
+		}
+	}
+	s.registry = fleet.NewRegistry(c, int64(cfg.Agents.StaleAfterS*1e9), logger.With("component", "fleet"))
+	s.metrics = newHTTPMetrics()
+	s.prom = prometheus.NewRegistry()
+	cs := []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	cs = append(cs, s.metrics.collectors()...)
+	cs = append(cs, s.registry.Collectors()...)
+	cs = append(cs, c.Collectors()...)
+	for _, col := range cs {
+		if err := s.prom.Register(col); err != nil {
+			return nil, fmt.Errorf("service: registering metrics: %w", err)
+		}
+	}
+	s.ingest = NewIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
+	s.handler = s.routes()
+
+	secs := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+	s.api = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: secs(cfg.HTTP.ReadHeaderTimeoutS),
+		ReadTimeout:       secs(cfg.HTTP.ReadTimeoutS),
+		WriteTimeout:      secs(cfg.HTTP.WriteTimeoutS),
+		IdleTimeout:       secs(cfg.HTTP.IdleTimeoutS),
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	var err error
+	if s.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			s.apiLn.Close()
+			return nil, fmt.Errorf("service: loading TLS key pair: %w", err)
+		}
+		s.apiLn = tls.NewListener(s.apiLn, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	if cfg.AdminListen != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: secs(cfg.HTTP.ReadHeaderTimeoutS), IdleTimeout: secs(cfg.HTTP.IdleTimeoutS)}
+		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			s.apiLn.Close()
+			return nil, fmt.Errorf("service: listen admin %s: %w", cfg.AdminListen, err)
+		}
+	}
+	return s, nil
+}
+
+// Addr is the API listener's address (useful with port 0).
+func (s *Server) Addr() net.Addr { return s.apiLn.Addr() }
+
+// AdminAddr is the pprof listener's address, nil when disabled.
+func (s *Server) AdminAddr() net.Addr {
+	if s.adminLn == nil {
+		return nil
+	}
+	return s.adminLn.Addr()
+}
+
+// Handler is the API handler (for httptest and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registry is the agents' registry behind /v1/agent/reports.
+func (s *Server) Registry() *fleet.Registry { return s.registry }
+
+// Serve serves until ctx ends, runs the core's control loop (unless
+// WithoutControlLoop) and the agent staleness sweep, then shuts down
+// gracefully: stops accepting, lets in-flight requests finish within
+// http.shutdown_timeout_s, stops the control loop and closes the core,
+// which flushes the journal and the controller state. Serve may be called
+// once.
+func (s *Server) Serve(ctx context.Context) error {
+	err := errors.New("service: Serve called twice")
+	s.serveOnce.Do(func() { err = s.serve(ctx) })
+	return err
+}
+
+func (s *Server) serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	serveHTTP := func(srv *http.Server, ln net.Listener, name string) {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("service: %s listener: %w", name, err)
+		}
+	}
+	wg.Add(1)
+	go serveHTTP(s.api, s.apiLn, "api")
+	if s.admin != nil {
+		wg.Add(1)
+		go serveHTTP(s.admin, s.adminLn, "admin")
+	}
+	loopCtx, stopLoops := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	if !s.noRun {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			if err := s.core.Run(loopCtx); err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("control loop stopped", "err", err)
+			}
+		}()
+	}
+	loops.Add(1)
+	go func() {
+		defer loops.Done()
+		t := time.NewTicker(time.Duration(s.cfg.Agents.SweepS * float64(time.Second)))
+		defer t.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+				s.registry.Sweep(s.now())
+			}
+		}
+	}()
+	s.log.Info("serving", "addr", s.Addr().String(), "tls", s.cfg.TLS.CertFile != "", "admin", s.cfg.AdminListen)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	s.log.Info("shutting down")
+	shCtx, shCancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.HTTP.ShutdownTimeoutS*float64(time.Second)))
+	defer shCancel()
+	var errs []error
+	if serveErr != nil {
+		errs = append(errs, serveErr)
+	}
+	if err := s.api.Shutdown(shCtx); err != nil {
+		errs = append(errs, fmt.Errorf("service: api shutdown: %w", err))
+	}
+	if s.admin != nil {
+		if err := s.admin.Shutdown(shCtx); err != nil {
+			errs = append(errs, fmt.Errorf("service: admin shutdown: %w", err))
+		}
+	}
+	wg.Wait()
+	stopLoops()
+	loops.Wait()
+	if err := s.core.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("service: closing core: %w", err))
+	}
+	s.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	auth := newBearer(s.cfg.Auth.Token)
+	m := s.metrics
+	mux.Handle("/v1/events", m.instrument("events", auth.wrap(s.ingest)))
+	mux.Handle("/v1/agent/reports", m.instrument("agent_reports",
+		s.registry.Handler(s.cfg.Auth.Token, s.cfg.HTTP.MaxBodyBytes, s.now)))
+	mux.Handle("/v1/roles", m.instrument("roles", getOnly(s.handleRoles)))
+	mux.Handle("/v1/state", m.instrument("state", getOnly(s.handleState)))
+	mux.Handle("/v1/decisions", m.instrument("decisions", getOnly(s.handleDecisions)))
+	mux.Handle("/metrics", m.instrument("metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	})))
+	mux.Handle("/healthz", getOnly(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	mux.Handle("/readyz", getOnly(s.handleReady))
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorReply{"no such endpoint: " + r.URL.Path})
+	}))
+	return mux
+}
+
+func getOnly(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeJSON(w, http.StatusMethodNotAllowed, errorReply{"method " + r.Method + " not allowed; use GET"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (s *Server) handleRoles(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.core.Roles())
+}
+
+func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.core.State(s.now()))
+}
+
+func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "since" && k != "limit" {
+			writeJSON(w, http.StatusBadRequest, errorReply{fmt.Sprintf("unknown parameter %q (want since, limit)", k)})
+			return
+		}
+	}
+	var since uint64
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, errorReply{fmt.Sprintf("since must be a decision sequence number (non-negative integer), got %q", v)})
+			return
+		}
+		since = n
+	}
+	limit := defaultDecisionLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxDecisionLimit {
+			writeJSON(w, http.StatusBadRequest, errorReply{fmt.Sprintf("limit must be an integer in [1, %d], got %q", maxDecisionLimit, v)})
+			return
+		}
+		limit = n
+	}
+	ds := s.core.Decisions(since, limit)
+	if ds == nil {
+		ds = []decision{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"decisions": ds})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Agents.Required {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "reason": "running without agents (agents.required=false)"})
+		return
+	}
+	if s.registry.Fresh(s.now()) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "reason": "fresh agent data"})
+		return
+	}
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready",
+		"reason": fmt.Sprintf("no agent reported within agents.stale_after_s=%g", s.cfg.Agents.StaleAfterS)})
+}
