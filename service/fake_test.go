@@ -1,0 +1,66 @@
+package service
+
+import (
+	"context"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/service/servicetest"
+)
+
+// fakeCore is the full Core for handler-chain tests: the recorder for
+// events, a small engine table, a counter of steps.
+type fakeCore struct {
+	*servicetest.Recorder
+	mu      sync.Mutex
+	engines []controller.Engine
+	steps   int
+	closed  bool
+	gauge   prometheus.Gauge
+}
+
+func newFakeCore(engines ...string) *fakeCore {
+	f := &fakeCore{Recorder: servicetest.NewRecorder(engines...)}
+	for _, id := range engines {
+		f.engines = append(f.engines, controller.Engine{ID: id, Role: controller.RolePrefill, Live: true})
+	}
+	f.gauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "narwhal_fake_steps", Help: "Steps taken by the fake core."})
+	return f
+}
+
+func (f *fakeCore) UpsertEngine(e controller.Engine) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.engines = append(f.engines, e)
+	return nil
+}
+func (f *fakeCore) UpdateEngine(string, int64, controller.Resident, int64, bool) error { return nil }
+func (f *fakeCore) Engines() []controller.Engine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]controller.Engine(nil), f.engines...)
+}
+func (f *fakeCore) Roles() *roleTable { return &roleTable{Version: 1, Prefill: []string{"e1"}} }
+func (f *fakeCore) Step(nowNs int64) decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.steps++
+	f.gauge.Set(float64(f.steps))
+	return decision{"seq": f.steps, "at_ns": nowNs}
+}
+func (f *fakeCore) Run(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+func (f *fakeCore) State(nowNs int64) coreState {
+	return coreState{"calls": f.Len(), "pending": f.Pending()}
+}
+func (f *fakeCore) Decisions(since uint64, limit int) []decision {
+	return []decision{{"seq": since + 1, "limit": limit}}
+}
+func (f *fakeCore) Collectors() []prometheus.Collector { return []prometheus.Collector{f.gauge} }
+func (f *fakeCore) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
