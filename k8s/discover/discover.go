@@ -1,0 +1,247 @@
+package discover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/podmeta"
+)
+
+// ErrInvalidConfig is returned (wrapped) by New for a config it refuses.
+var ErrInvalidConfig = errors.New("discover: invalid config")
+
+// Sink receives the engines Kubernetes knows about. *core.Core satisfies
+// it.
+type Sink interface {
+	UpsertEngine(e controller.Engine) error
+	RemoveEngine(id string) error
+}
+
+// Config selects the engine pods.
+type Config struct {
+	// Namespace to watch; "" watches every namespace.
+	Namespace string `json:"namespace" yaml:"namespace"`
+	// Selector is a label selector, e.g. "app.kubernetes.io/component=engine".
+	Selector string `json:"selector" yaml:"selector"`
+	// ResyncPeriod re-delivers every pod periodically; 0 disables.
+	ResyncPeriod time.Duration `json:"resync_period" yaml:"resync_period"`
+}
+
+// PodRef locates an engine's pod.
+type PodRef struct {
+	Namespace string
+	Name      string
+}
+
+// Discoverer mirrors selected pods into a Sink.
+type Discoverer struct {
+	client kubernetes.Interface
+	cfg    Config
+	sink   Sink
+	sel    labels.Selector
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	byPod   map[PodRef]string // pod -> engine id it owns
+	engines map[string]entry  // engine id -> its pod and row
+	synced  func() bool
+
+	sinkErrors prometheus.Counter
+	engCount   prometheus.GaugeFunc
+}
+
+type entry struct {
+	pod    PodRef
+	engine controller.Engine
+}
+
+// New checks cfg and returns a Discoverer that has not started.
+func New(client kubernetes.Interface, cfg Config, sink Sink, logger *slog.Logger) (*Discoverer, error) {
+	if client == nil || sink == nil {
+		return nil, fmt.Errorf("%w: nil client or sink", ErrInvalidConfig)
+	}
+	sel, err := labels.Parse(cfg.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("%w: selector %q: %w", ErrInvalidConfig, cfg.Selector, err)
+	}
+	if cfg.ResyncPeriod < 0 {
+		return nil, fmt.Errorf("%w: resync_period %v must be >= 0", ErrInvalidConfig, cfg.ResyncPeriod)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	d := &Discoverer{
+		client:  client,
+		cfg:     cfg,
+		sink:    sink,
+		sel:     sel,
+		logger:  logger.With("component", "discover"),
+		byPod:   map[PodRef]string{},
+		engines: map[string]entry{},
+		synced:  func() bool { return false },
+	}
+	d.sinkErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "narwhal_k8s_discovery_sink_errors_total",
+		Help: "Engine upserts or removals the sink refused.",
+	})
+	d.engCount = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "narwhal_k8s_discovered_engines",
+		Help: "Engines currently discovered from pods.",
+	}, func() float64 { return float64(d.Len()) })
+	return d, nil
+}
+
+// Collectors returns the discoverer's metrics.
+func (d *Discoverer) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{d.sinkErrors, d.engCount}
+}
+
+// Run watches pods until ctx ends. It returns nil when ctx ends.
+func (d *Discoverer) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(d.client, d.cfg.ResyncPeriod,
+		informers.WithNamespace(d.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = d.cfg.Selector }))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.apply(obj) },
+		UpdateFunc: func(_, obj any) { d.apply(obj) },
+		DeleteFunc: func(obj any) { d.remove(obj) },
+	}); err != nil {
+		return fmt.Errorf("discover: add pod handler: %w", err)
+	}
+	d.mu.Lock()
+	d.synced = inf.HasSynced
+	d.mu.Unlock()
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
+}
+
+// HasSynced reports whether the initial pod list has been delivered.
+func (d *Discoverer) HasSynced() bool {
+	d.mu.Lock()
+	s := d.synced
+	d.mu.Unlock()
+	return s()
+}
+
+// Len returns the number of discovered engines.
+func (d *Discoverer) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.engines)
+}
+
+// Engines returns the discovered engines sorted by id.
+func (d *Discoverer) Engines() []controller.Engine {
+	d.mu.Lock()
+	out := make([]controller.Engine, 0, len(d.engines))
+	for _, e := range d.engines {
+		out = append(out, e.engine)
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// PodFor returns the pod of a discovered engine.
+func (d *Discoverer) PodFor(engineID string) (PodRef, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.engines[engineID]
+	return e.pod, ok
+}
+
+func podOf(obj any) (*corev1.Pod, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	return p, ok
+}
+
+// apply upserts the pod's engine, or removes it if the pod no longer
+// describes one.
+func (d *Discoverer) apply(obj any) {
+	pod, ok := podOf(obj)
+	if !ok {
+		return
+	}
+	ref := PodRef{Namespace: pod.Namespace, Name: pod.Name}
+	if !d.sel.Matches(labels.Set(pod.Labels)) {
+		d.forget(ref) // left the selector (watch events are not filtered by every source)
+		return
+	}
+	eng, err := podmeta.EngineFromPod(pod)
+	if err != nil {
+		d.logger.Debug("pod is not an engine", "pod", ref.Namespace+"/"+ref.Name, "err", err)
+		d.forget(ref)
+		return
+	}
+	d.mu.Lock()
+	if owner, taken := d.engines[eng.ID]; taken && owner.pod != ref {
+		d.mu.Unlock()
+		d.logger.Warn("engine id claimed by two pods; ignoring the second",
+			"engine", eng.ID, "owner", owner.pod.Namespace+"/"+owner.pod.Name, "pod", ref.Namespace+"/"+ref.Name)
+		return
+	}
+	oldID, had := d.byPod[ref]
+	if had && oldID == eng.ID && d.engines[oldID].engine == eng {
+		d.mu.Unlock()
+		return // nothing Narwhal cares about changed
+	}
+	d.mu.Unlock()
+	if had && oldID != eng.ID {
+		d.forget(ref)
+	}
+	if err := d.sink.UpsertEngine(eng); err != nil {
+		d.sinkErrors.Inc()
+		d.logger.Warn("sink refused engine", "engine", eng.ID, "err", err)
+		return
+	}
+	d.mu.Lock()
+	d.byPod[ref] = eng.ID
+	d.engines[eng.ID] = entry{pod: ref, engine: eng}
+	d.mu.Unlock()
+}
+
+func (d *Discoverer) remove(obj any) {
+	pod, ok := podOf(obj)
+	if !ok {
+		return
+	}
+	d.forget(PodRef{Namespace: pod.Namespace, Name: pod.Name})
+}
+
+// forget removes the engine owned by pod ref, if any.
+func (d *Discoverer) forget(ref PodRef) {
+	d.mu.Lock()
+	id, ok := d.byPod[ref]
+	if ok {
+		delete(d.byPod, ref)
+		delete(d.engines, id)
+	}
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := d.sink.RemoveEngine(id); err != nil {
+		d.sinkErrors.Inc()
+		d.logger.Warn("sink refused removal", "engine", id, "err", err)
+	}
+}

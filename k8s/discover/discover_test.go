@@ -1,0 +1,200 @@
+package discover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/podmeta"
+)
+
+// tableSink is a mutex-and-map engine table standing in for *core.Core.
+type tableSink struct {
+	mu      sync.Mutex
+	engines map[string]controller.Engine
+	removed []string
+}
+
+func (s *tableSink) UpsertEngine(e controller.Engine) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.engines == nil {
+		s.engines = map[string]controller.Engine{}
+	}
+	s.engines[e.ID] = e
+	return nil
+}
+
+func (s *tableSink) RemoveEngine(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.engines[id]; !ok {
+		return fmt.Errorf("unknown engine %q", id)
+	}
+	delete(s.engines, id)
+	s.removed = append(s.removed, id)
+	return nil
+}
+
+// summary renders the table as "id:role:live" sorted, for comparison.
+func (s *tableSink) summary() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []string{}
+	for id, e := range s.engines {
+		out = append(out, fmt.Sprintf("%s:%s:%v", id, e.Role, e.Live))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func enginePod(name, role, node string, ready bool) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "llm", Name: name, Labels: map[string]string{
+			"app": "engine", podmeta.LabelRole: role, podmeta.LabelGPU: "H100"}},
+		Spec: corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func equal(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+func TestDiscoveryFollowsPods(t *testing.T) {
+	other := enginePod("web-0", "decode", "n1", true)
+	other.Labels["app"] = "web" // outside the selector
+	cs := fake.NewSimpleClientset(
+		enginePod("e0", "prefill", "n1", true),
+		enginePod("e1", "decode", "n1", true),
+		enginePod("e2", "decode", "n2", false),
+		other,
+	)
+	sink := &tableSink{}
+	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	want := []string{"e0:prefill:true", "e1:decode:true", "e2:decode:false"}
+	waitFor(t, "initial engines", func() bool { return d.HasSynced() && equal(sink.summary(), want) })
+	if ref, ok := d.PodFor("e2"); !ok || ref != (PodRef{Namespace: "llm", Name: "e2"}) {
+		t.Fatalf("PodFor(e2) = %v, %v", ref, ok)
+	}
+	if got := d.Engines(); len(got) != 3 || got[2].Node != "n2" || got[2].GPU != "H100" {
+		t.Fatalf("unexpected Engines(); got %+v", got)
+	}
+
+	pods := cs.CoreV1().Pods("llm")
+	// A role change made by the leader's actuator reaches every replica.
+	p, _ := pods.Get(ctx, "e1", metav1.GetOptions{})
+	p.Labels[podmeta.LabelRole] = "prefill"
+	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"e0:prefill:true", "e1:prefill:true", "e2:decode:false"}
+	waitFor(t, "role change", func() bool { return equal(sink.summary(), want) })
+
+	// A deleted pod leaves the live set, in the sink and in Engines().
+	if err := pods.Delete(ctx, "e0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"e1:prefill:true", "e2:decode:false"}
+	waitFor(t, "deletion", func() bool { return equal(sink.summary(), want) })
+	if _, ok := d.PodFor("e0"); ok || d.Len() != 2 {
+		t.Fatalf("deleted pod still known: PodFor ok=%v, Len=%d", ok, d.Len())
+	}
+
+	// Losing the role label or leaving the selector removes the engine too.
+	p, _ = pods.Get(ctx, "e2", metav1.GetOptions{})
+	delete(p.Labels, podmeta.LabelRole)
+	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"e1:prefill:true"}
+	waitFor(t, "role label removed", func() bool { return equal(sink.summary(), want) })
+
+	p, _ = pods.Get(ctx, "e1", metav1.GetOptions{})
+	p.Labels["app"] = "retired"
+	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "selector left", func() bool { return len(sink.summary()) == 0 })
+	sink.mu.Lock()
+	removed := append([]string(nil), sink.removed...)
+	sink.mu.Unlock()
+	if !equal(removed, []string{"e0", "e2", "e1"}) {
+		t.Fatalf("unexpected removals; got %v; want [e0 e2 e1]", removed)
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	f := func(cfg Config, sink Sink) {
+		t.Helper()
+		if _, err := New(cs, cfg, sink, nil); !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("New(%+v): got %v; want ErrInvalidConfig", cfg, err)
+		}
+	}
+	f(Config{Selector: "app in (a"}, &tableSink{})
+	f(Config{ResyncPeriod: -time.Second}, &tableSink{})
+	f(Config{}, nil)
+}
+
+func TestDuplicateEngineIDKeepsFirstOwner(t *testing.T) {
+	sink := &tableSink{}
+	d, err := New(fake.NewSimpleClientset(), Config{}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := enginePod("a", "decode", "n1", true)
+	a.Labels[podmeta.LabelEngineID] = "shared"
+	b := enginePod("b", "prefill", "n2", true)
+	b.Labels[podmeta.LabelEngineID] = "shared"
+	d.apply(a)
+	d.apply(b)
+	if got := sink.summary(); !equal(got, []string{"shared:decode:true"}) {
+		t.Fatalf("unexpected table; got %v", got)
+	}
+	d.remove(b) // not the owner: nothing happens
+	if got := sink.summary(); !equal(got, []string{"shared:decode:true"}) {
+		t.Fatalf("removing the non-owner changed the table; got %v", got)
+	}
+	d.remove(a)
+	d.apply(b)
+	if got := sink.summary(); !equal(got, []string{"shared:prefill:true"}) {
+		t.Fatalf("second pod did not take over the id; got %v", got)
+	}
+}

@@ -1,0 +1,25 @@
+// Package discover finds engines from Kubernetes pods selected by a label
+// selector and keeps a sink's engine table (normally *core.Core) in step:
+// a new or changed pod upserts its engine, a deleted pod (or one that
+// loses its role label or leaves the selector) removes it.
+//
+// What a pod's labels and annotations mean is defined in k8s/podmeta.
+// Every replica runs a Discoverer, so followers learn role changes made by
+// the leader's actuator through the narwhal.io/role label: that is how
+// routers "watch the labels".
+//
+// Concurrency: Run drives one informer and calls the sink from the
+// informer's single handler goroutine, so sink calls are serialized. The
+// query methods (Engines, PodFor, Len) are safe from any goroutine.
+//
+// Allocation contract: not on a request path; events and queries
+// allocate.
+//
+// Choices where the spec is silent:
+//   - Two pods claiming one engine id: the first keeps it, the second is
+//     ignored with a warning until the first goes away.
+//   - Sink errors are logged and counted
+//     (narwhal_k8s_discovery_sink_errors_total); the next event for that
+//     pod (or the informer's resync) tries again.
+//   - A pod whose role label is missing or invalid is treated as absent.
+package discover

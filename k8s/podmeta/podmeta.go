@@ -1,0 +1,94 @@
+package podmeta
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+)
+
+// Label and annotation keys.
+const (
+	LabelRole     = "narwhal.io/role"
+	LabelEngineID = "narwhal.io/engine-id"
+	LabelModel    = "narwhal.io/model"
+	LabelGPU      = "narwhal.io/gpu"
+
+	AnnotationModel         = "narwhal.io/model"
+	AnnotationGPU           = "narwhal.io/gpu"
+	AnnotationDraining      = "narwhal.io/draining"
+	AnnotationRoleSwitchURL = "narwhal.io/role-switch-url"
+)
+
+// ErrNoRole: the pod has no valid narwhal.io/role label.
+var ErrNoRole = errors.New("podmeta: pod has no valid narwhal.io/role label")
+
+// EngineID returns the pod's engine id: label narwhal.io/engine-id, else
+// the pod name.
+func EngineID(pod *corev1.Pod) string {
+	if id := pod.Labels[LabelEngineID]; id != "" {
+		return id
+	}
+	return pod.Name
+}
+
+// Live reports whether the pod can serve: Running, Ready, not deleting.
+func Live(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Draining reports whether the pod carries narwhal.io/draining=true.
+func Draining(pod *corev1.Pod) bool { return pod.Annotations[AnnotationDraining] == "true" }
+
+// Role returns the pod's role label.
+func Role(pod *corev1.Pod) (controller.Role, error) {
+	v, ok := pod.Labels[LabelRole]
+	if !ok {
+		return controller.RoleNone, fmt.Errorf("pod %s/%s: %w (missing)", pod.Namespace, pod.Name, ErrNoRole)
+	}
+	r, ok := controller.ParseRole(v)
+	if !ok {
+		return controller.RoleNone, fmt.Errorf("pod %s/%s: %w (%q)", pod.Namespace, pod.Name, ErrNoRole, v)
+	}
+	return r, nil
+}
+
+// EngineFromPod builds the engine row Kubernetes knows about: id, node,
+// model, GPU kind, role, state and liveness. Residency and KV capacity
+// come from the agent, not from here.
+func EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
+	role, err := Role(pod)
+	if err != nil {
+		return controller.Engine{}, err
+	}
+	e := controller.Engine{
+		ID:    EngineID(pod),
+		Node:  pod.Spec.NodeName,
+		Model: pick(pod.Annotations[AnnotationModel], pod.Labels[LabelModel]),
+		GPU:   pick(pod.Annotations[AnnotationGPU], pod.Labels[LabelGPU]),
+		Role:  role,
+		State: controller.StateServing,
+		Live:  Live(pod),
+	}
+	if Draining(pod) {
+		e.State = controller.StateDraining
+	}
+	return e, nil
+}
+
+func pick(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
