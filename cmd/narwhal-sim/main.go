@@ -1,0 +1,158 @@
+// Command narwhal-sim replays real LLM serving traces through a simulated
+// disaggregated cluster under a role policy (narwhal, static:P,
+// static-best, threshold) and reports SLO attainment. See package sim.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+
+	"github.com/narwhal-io/narwhal/sim"
+)
+
+type multiString []string
+
+func (m *multiString) String() string     { return strings.Join(*m, ",") }
+func (m *multiString) Set(v string) error { *m = append(*m, v); return nil }
+
+type multiFloat []float64
+
+func (m *multiFloat) String() string { return fmt.Sprint([]float64(*m)) }
+func (m *multiFloat) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil {
+			return fmt.Errorf("rate scale %q: %w", part, err)
+		}
+		*m = append(*m, f)
+	}
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "narwhal-sim:", err)
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := sim.DefaultConfig()
+	fs := flag.NewFlagSet("narwhal-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var traces multiString
+	var scales multiFloat
+	fs.Var(&traces, "trace", "trace file (Azure CSV or Mooncake JSONL); repeat to concatenate in order")
+	fs.Var(&scales, "rate-scale", "arrival-rate multiplier (inter-arrival times divided by it); one value, or one per --trace (repeat or comma-separate)")
+	engines := fs.Int("engines", d.Engines, "engines in the cluster")
+	policy := fs.String("policy", d.Policy, "narwhal | static:P | static-best | threshold")
+	seed := fs.Uint64("seed", d.Seed, "seed for max_tokens and input-estimate draws")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+	svg := fs.String("svg", "", "write a chart of engines per role, offered demand and attainment to this file")
+	ttft := fs.Float64("ttft-slo", d.TTFTSLOS, "TTFT SLO, seconds")
+	tpot := fs.Float64("tpot-slo", d.TPOTSLOS, "TPOT SLO, seconds")
+	slice := fs.String("slice", "", "keep arrivals in [A,B) seconds of the scaled, concatenated timeline (A:B, A:, :B)")
+	profile := fs.String("profile", d.Profile, "engine profile: "+strings.Join(sim.ProfileNames(), ", "))
+	switchS := fs.Float64("switch-s", d.SwitchS, "role switch time after the drain, seconds")
+	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal and threshold (0: engines/4)")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if len(traces) == 0 {
+		return fmt.Errorf("at least one --trace is required")
+	}
+	if len(scales) == 0 {
+		scales = multiFloat{1}
+	}
+	fromS, toS, err := parseSlice(*slice)
+	if err != nil {
+		return err
+	}
+	var loaded [][]sim.Request
+	for _, p := range traces {
+		r, err := sim.LoadTrace(p)
+		if err != nil {
+			return err
+		}
+		loaded = append(loaded, r)
+	}
+	reqs, err := sim.Workload(loaded, scales, fromS, toS)
+	if err != nil {
+		return err
+	}
+	cfg := sim.DefaultConfig()
+	cfg.Engines, cfg.Policy, cfg.Seed = *engines, *policy, *seed
+	cfg.TTFTSLOS, cfg.TPOTSLOS, cfg.Profile = *ttft, *tpot, *profile
+	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
+	var opts []sim.Option
+	if !*quiet {
+		opts = append(opts, sim.WithProgress(stderr))
+		fmt.Fprintf(stderr, "narwhal-sim: %d requests from %d trace(s), policy %s, %d engines\n", len(reqs), len(traces), cfg.Policy, cfg.Engines)
+	}
+	res, err := sim.Run(ctx, cfg, reqs, opts...)
+	if err != nil {
+		return err
+	}
+	if *svg != "" {
+		f, err := os.Create(*svg)
+		if err != nil {
+			return fmt.Errorf("svg: %w", err)
+		}
+		if err := sim.WriteSVG(f, res); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("svg: %w", err)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		if err := enc.Encode(res); err != nil {
+			return fmt.Errorf("json: %w", err)
+		}
+		return nil
+	}
+	return sim.WriteSummary(stdout, res)
+}
+
+func parseSlice(s string) (float64, float64, error) {
+	if s == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("slice %q: want A:B seconds", s)
+	}
+	var from, to float64
+	var err error
+	if a != "" {
+		if from, err = strconv.ParseFloat(a, 64); err != nil {
+			return 0, 0, fmt.Errorf("slice %q: %w", s, err)
+		}
+	}
+	if b != "" {
+		if to, err = strconv.ParseFloat(b, 64); err != nil {
+			return 0, 0, fmt.Errorf("slice %q: %w", s, err)
+		}
+	}
+	return from, to, nil
+}

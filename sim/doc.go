@@ -1,0 +1,79 @@
+// Package sim is a discrete-event simulator of a disaggregated LLM serving
+// cluster, driven by real request traces, that runs the real Narwhal core
+// in virtual time and compares it with static and threshold baselines.
+//
+// # Model
+//
+// Virtual time is int64 Unix nanoseconds; events sit in a binary heap
+// ordered by (time, insertion sequence), so runs are deterministic. Arrivals
+// are merged from the sorted workload instead of being pushed all at once.
+//
+//   - Engines follow a Profile: DistServe's published fits (prefill
+//     a + b·ΣL + c·ΣL² per batch; decode a + b·Σ(ctx+1) + c·batch with a
+//     small- and a large-batch set) and the published KV capacity
+//     (max_num_tokens.csv). Default: OPT-66B TP8 on A100-80GB, 212,304 KV
+//     tokens. The coefficients are outside their fitted range beyond OPT's
+//     2048-token context (Mooncake prompts reach 126k): we extrapolate the
+//     published formula, quadratic attention term included.
+//   - Prefill: FIFO per engine; an idle engine takes queued prompts up to
+//     MaxBatchTokens (at least one) while its KV holds them; the batch time
+//     is the profile's. The first token is produced by prefill (TTFT =
+//     prefill end − arrival).
+//   - KV: a finished prompt keeps its KV on the prefill engine until a
+//     decode engine has room for the whole sequence (prompt + actual
+//     output, capped at the capacity); prompts wait FIFO (head-of-line) for
+//     decode KV, and a prefill engine whose KV is held stops batching. The
+//     decode engine reserves the final context at admission, so it never
+//     preempts. Transfer time = latency + prompt tokens × KV bytes per
+//     token / bandwidth (default 1 ms + 100 GB/s).
+//   - Decode: continuous batching; sequences join at step boundaries; one
+//     step emits one token for every resident sequence. TPOT = (last token
+//     − first token) / (output − 1), transfer and waits included; requests
+//     with ≤ 1 output token meet TPOT trivially.
+//   - A role switch (Actuator.Start): the engine stops taking new work,
+//     drains its resident work (queued and running prefill, held KV,
+//     incoming transfers, resident sequences), then takes SwitchS, then
+//     serves the new role and the policy is told (core.MoveDone).
+//
+// # Router side
+//
+// The narwhal policy makes exactly the calls a real router and agent make on
+// package core: OfferStarted then OfferSized at arrival with the local
+// estimate, Admitted when placed on a prefill engine, Tokenized
+// TokenizeDelayS after arrival (repricing at the arrival time), FirstToken,
+// Completed, Expired for requests still unfinished DrainLimitS after the
+// last arrival; UpsertEngine at start and UpdateEngine with residency before
+// every Step; the simulator is the core's Actuator. Routing reads
+// core.Roles(): prefill to the listed engine with the least outstanding
+// prefill seconds, decode to the listed engine with the most free KV. No
+// controller logic is copied here. The core gets the simulated engines'
+// profile through core.WithProfiles (ControllerProfiles): the controller's
+// own fitting of points from the same formulas, over the workload's range.
+//
+// # Choices where the traces are silent
+//
+//   - max_tokens: NoMaxTokensFrac (0.3) of requests send none (0); the
+//     rest send the smallest power-of-two cap ≥ 256 that covers the actual
+//     output. Drawn from a PCG seeded with Config.Seed.
+//   - input estimate: exact × exp(N(0, EstErrSigma=0.15)), at least 1 — a
+//     bytes/4 estimate, unbiased in the median, ±15 % typical.
+//   - rate scale divides inter-arrival times; concatenated traces follow
+//     each other with one mean inter-arrival gap; a slice is taken on the
+//     scaled, concatenated timeline.
+//   - attainment counts every request (unserved ones miss); goodput is
+//     requests meeting both SLOs per second of trace; mean engines per role
+//     are sampled every control step over the trace span, an engine counting
+//     in its current role while serving or draining and in none while
+//     switching.
+//   - threshold: see thresholdPolicy; static-best runs P = 1..N−1 (two at a
+//     time) and keeps the best attainment.
+//
+// # Concurrency and allocation
+//
+// A run is single-goroutine; Run may be called concurrently for different
+// workloads (static-best does). With WithPace the loop sleeps on the wall
+// clock between events and the core it drives may be read concurrently by
+// an HTTP server (the core is safe for that). The event path appends to
+// per-engine slices that reach steady capacity; the heap is allocation-free
+// once grown (TestEventHeapOrderAndAllocs).
+package sim

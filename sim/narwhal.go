@@ -1,0 +1,162 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/narwhal-io/narwhal/core"
+	"github.com/narwhal-io/narwhal/core/controller"
+)
+
+// narwhalPolicy drives the real core through its public facade, exactly as
+// a router and an agent would: the request lifecycle, the engine table with
+// residency, Step every controller step, and the simulator as the core's
+// Actuator. Routing reads core.Roles(). No controller logic lives here.
+type narwhalPolicy struct {
+	c       *core.Core
+	owned   bool
+	table   *controller.RoleTable
+	p, d    []int
+	stepNsV int64
+	errs    int64
+	lastErr error
+	hook    func(controller.Decision)
+}
+
+func (np *narwhalPolicy) name() string { return "narwhal" }
+
+func (np *narwhalPolicy) init(s *simulator) error {
+	cc := core.DefaultConfig()
+	if s.cfg.Core != nil {
+		cc = *s.cfg.Core
+	} else {
+		cc.TTFTSLOS = s.cfg.TTFTSLOS
+		cc.TPOTSLOS = s.cfg.TPOTSLOS
+	}
+	var maxIn, maxCtx int64
+	for i := range s.reqs {
+		r := &s.reqs[i]
+		maxIn = max(maxIn, r.InputTokens, r.EstInputTokens)
+		maxCtx = max(maxCtx, r.InputTokens+r.OutputTokens, r.InputTokens+r.ReqOutput)
+	}
+	ps, err := ControllerProfiles(s.prof, maxIn, min(maxCtx, s.prof.KVCapacityTokens))
+	if err != nil {
+		return err
+	}
+	if s.o.newCore != nil {
+		np.c, err = s.o.newCore(actuator{s}, ps)
+	} else {
+		np.c, err = core.New(cc, core.WithActuator(actuator{s}), core.WithProfiles(ps))
+		np.owned = true
+	}
+	if err != nil {
+		return fmt.Errorf("sim: narwhal core: %w", err)
+	}
+	if np.c == nil {
+		return fmt.Errorf("sim: narwhal core factory returned nil: %w", ErrBadConfig)
+	}
+	np.stepNsV = int64(cc.StepS * 1e9)
+	if np.stepNsV <= 0 {
+		np.stepNsV = int64(s.cfg.StepS * 1e9)
+	}
+	np.hook = s.o.onDecision
+	for i := range s.eng {
+		e := &s.eng[i]
+		err := np.c.UpsertEngine(controller.Engine{
+			ID: e.id, Node: "node-" + e.id, Model: s.prof.Model, GPU: s.prof.GPU,
+			Role: e.role, State: controller.StateServing, Live: true,
+			KVCapacityTokens: s.prof.KVCapacityTokens,
+		})
+		if err != nil {
+			return fmt.Errorf("sim: register engine %s: %w", e.id, err)
+		}
+		if err := np.c.UpdateEngine(e.id, s.now, e.resident(s.now), s.prof.KVCapacityTokens, true); err != nil {
+			return fmt.Errorf("sim: update engine %s: %w", e.id, err)
+		}
+	}
+	if s.o.coreReady != nil {
+		s.o.coreReady(np.c)
+	}
+	return nil
+}
+
+// roles refreshes the index lists when the core publishes a new table.
+func (np *narwhalPolicy) roles(s *simulator) {
+	t := np.c.Roles()
+	if t == np.table {
+		return
+	}
+	np.table = t
+	np.p, np.d = np.p[:0], np.d[:0]
+	if t == nil {
+		return
+	}
+	for _, id := range t.Prefill {
+		if i, ok := s.byID[id]; ok {
+			np.p = append(np.p, i)
+		}
+	}
+	for _, id := range t.Decode {
+		if i, ok := s.byID[id]; ok {
+			np.d = append(np.d, i)
+		}
+	}
+}
+
+func (np *narwhalPolicy) prefill(s *simulator) []int { np.roles(s); return np.p }
+func (np *narwhalPolicy) decode(s *simulator) []int  { np.roles(s); return np.d }
+func (np *narwhalPolicy) stepNs() int64              { return np.stepNsV }
+
+func (np *narwhalPolicy) step(s *simulator, now int64) int {
+	for i := range s.eng {
+		e := &s.eng[i]
+		np.check(np.c.UpdateEngine(e.id, now, e.resident(now), s.prof.KVCapacityTokens, true))
+	}
+	d := np.c.Step(now)
+	if np.hook != nil {
+		np.hook(d)
+	}
+	return len(d.Moves)
+}
+
+func (np *narwhalPolicy) moveDone(_ *simulator, e *engine, now int64) {
+	np.c.MoveDone(e.id, now, nil)
+}
+
+func (np *narwhalPolicy) check(err error) {
+	if err != nil {
+		np.errs++
+		np.lastErr = err
+	}
+}
+
+func (np *narwhalPolicy) offer(s *simulator, r *reqState, now int64) {
+	np.c.OfferStarted(now)
+	np.check(np.c.OfferSized(now, r.EstInputTokens, r.ReqOutput))
+}
+
+func (np *narwhalPolicy) admitted(s *simulator, r *reqState, e *engine, now int64) {
+	np.check(np.c.Admitted(now, e.id, r.EstInputTokens, r.ReqOutput))
+}
+
+func (np *narwhalPolicy) tokenized(s *simulator, r *reqState, now int64) {
+	np.check(np.c.Tokenized(s.base+r.ArrivalNs, r.EstInputTokens, r.InputTokens, r.ReqOutput))
+}
+
+func (np *narwhalPolicy) firstToken(s *simulator, r *reqState, now int64) {
+	np.check(np.c.FirstToken(now, s.base+r.ArrivalNs))
+}
+
+func (np *narwhalPolicy) completed(s *simulator, r *reqState, now int64) {
+	np.check(np.c.Completed(now, s.base+r.ArrivalNs, r.firstNs, r.ReqOutput, r.OutputTokens))
+}
+
+func (np *narwhalPolicy) expired(s *simulator, r *reqState, now int64) {
+	np.check(np.c.Expired(now, s.base+r.ArrivalNs, r.firstNs))
+}
+
+func (np *narwhalPolicy) close() error {
+	if np.owned && np.c != nil {
+		return np.c.Close()
+	}
+	return nil
+}
