@@ -124,6 +124,8 @@ type Move struct {
 	To       Role   `json:"to"`
 	// DecisionSeq is the journal sequence of the decision that made it.
 	DecisionSeq uint64 `json:"decision_seq"`
+	// AtNs is when the decision made it (Unix ns).
+	AtNs int64 `json:"at_ns"`
 }
 
 // Actuator carries a move out in the world: drain the engine, switch its

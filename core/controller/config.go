@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrInvalidConfig is returned (wrapped) by Config.Validate and New.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Config holds the controller's gates and scoring knobs. Field names in
+// JSON/YAML are snake_case; Validate names a field by its tag.
+type Config struct {
+	// MinPrefillEngines and MinDecodeEngines are the role floors: a move
+	// never leaves fewer live serving engines in its source role.
+	MinPrefillEngines int `json:"min_prefill_engines" yaml:"min_prefill_engines"`
+	MinDecodeEngines  int `json:"min_decode_engines" yaml:"min_decode_engines"`
+	// CooldownS: seconds since the last move anywhere before the next.
+	CooldownS float64 `json:"cooldown_s" yaml:"cooldown_s"`
+	// DwellS: seconds since an engine's own last move before it moves again.
+	DwellS float64 `json:"dwell_s" yaml:"dwell_s"`
+	// ConfirmSteps: consecutive steps a move must be chosen before it is made.
+	ConfirmSteps int `json:"confirm_steps" yaml:"confirm_steps"`
+	// TargetPressure: a phase whose pressure (predicted latency / SLO) is
+	// at or under this needs no relief; the controller moves only when the
+	// current split's worse phase is above it.
+	TargetPressure float64 `json:"target_pressure" yaml:"target_pressure"`
+	// SourceLimit: a move is considered only while its source role's
+	// pressure after the move stays under this.
+	SourceLimit float64 `json:"source_limit" yaml:"source_limit"`
+	// HysteresisMargin: the best split must beat the current split's score
+	// by more than this.
+	HysteresisMargin float64 `json:"hysteresis_margin" yaml:"hysteresis_margin"`
+	// KVHeadroom: fraction of the decode pool's physical KV capacity that
+	// its resident and predicted KV tokens may fill after a move.
+	KVHeadroom float64 `json:"kv_headroom" yaml:"kv_headroom"`
+	// MinEvidenceArrivals: arrivals wholly after the evidence cutoff that a
+	// decode-to-prefill consolidation needs (with MinEvidenceSpanS of the
+	// timing).
+	MinEvidenceArrivals int64 `json:"min_evidence_arrivals" yaml:"min_evidence_arrivals"`
+	// PendingTolerance: unsized offers still being read that are tolerated
+	// before demand counts as incomplete.
+	PendingTolerance int64 `json:"pending_tolerance" yaml:"pending_tolerance"`
+	// DefaultOutputTokens: output estimate for a request without requested
+	// output when no learned estimate exists.
+	DefaultOutputTokens int64 `json:"default_output_tokens" yaml:"default_output_tokens"`
+	// MinObservations: latency observations needed before observed
+	// pressure calibrates the decode model (decode correction).
+	MinObservations int64 `json:"min_observations" yaml:"min_observations"`
+	// DrainCostWeight: score penalty per second of resident work that the
+	// moving engines must drain.
+	DrainCostWeight float64 `json:"drain_cost_weight" yaml:"drain_cost_weight"`
+	// JournalRing: decisions kept in memory.
+	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
+}
+
+// DefaultConfig returns the defaults documented in doc.go.
+func DefaultConfig() Config {
+	return Config{
+		MinPrefillEngines:   1,
+		MinDecodeEngines:    1,
+		CooldownS:           30,
+		DwellS:              120,
+		ConfirmSteps:        3,
+		TargetPressure:      0.8,
+		SourceLimit:         0.9,
+		HysteresisMargin:    0.1,
+		KVHeadroom:          0.9,
+		MinEvidenceArrivals: 20,
+		PendingTolerance:    0,
+		DefaultOutputTokens: 256,
+		MinObservations:     10,
+		DrainCostWeight:     0.01,
+		JournalRing:         1024,
+	}
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Validate returns an error naming the first bad field (prefixed
+// "controller."), its value and the rule.
+func (c Config) Validate() error {
+	bad := func(field string, v any, rule string) error {
+		return fmt.Errorf("%w: controller.%s must be %s, got %v", ErrInvalidConfig, field, rule, v)
+	}
+	switch {
+	case c.MinPrefillEngines < 0:
+		return bad("min_prefill_engines", c.MinPrefillEngines, ">= 0")
+	case c.MinDecodeEngines < 0:
+		return bad("min_decode_engines", c.MinDecodeEngines, ">= 0")
+	case !finite(c.CooldownS) || c.CooldownS < 0:
+		return bad("cooldown_s", c.CooldownS, ">= 0")
+	case !finite(c.DwellS) || c.DwellS < 0:
+		return bad("dwell_s", c.DwellS, ">= 0")
+	case c.ConfirmSteps < 1:
+		return bad("confirm_steps", c.ConfirmSteps, ">= 1")
+	case !finite(c.TargetPressure) || c.TargetPressure <= 0:
+		return bad("target_pressure", c.TargetPressure, "> 0")
+	case !finite(c.SourceLimit) || c.SourceLimit <= 0:
+		return bad("source_limit", c.SourceLimit, "> 0")
+	case !finite(c.HysteresisMargin) || c.HysteresisMargin < 0:
+		return bad("hysteresis_margin", c.HysteresisMargin, ">= 0")
+	case !finite(c.KVHeadroom) || c.KVHeadroom <= 0 || c.KVHeadroom > 1:
+		return bad("kv_headroom", c.KVHeadroom, "in (0, 1]")
+	case c.MinEvidenceArrivals < 0:
+		return bad("min_evidence_arrivals", c.MinEvidenceArrivals, ">= 0")
+	case c.PendingTolerance < 0:
+		return bad("pending_tolerance", c.PendingTolerance, ">= 0")
+	case c.DefaultOutputTokens <= 0:
+		return bad("default_output_tokens", c.DefaultOutputTokens, "> 0")
+	case c.MinObservations < 1:
+		return bad("min_observations", c.MinObservations, ">= 1")
+	case !finite(c.DrainCostWeight) || c.DrainCostWeight < 0:
+		return bad("drain_cost_weight", c.DrainCostWeight, ">= 0")
+	case c.JournalRing < 1:
+		return bad("journal_ring", c.JournalRing, ">= 1")
+	}
+	return nil
+}
+
+// Timing is what the controller takes from the core's top-level config.
+type Timing struct {
+	StepNs int64
+	// ShortNs is the short demand horizon (the minimum evidence span);
+	// LongNs the long one (the demand window, also the evidence max span).
+	ShortNs, LongNs int64
+	TTFTSLOS        float64
+	TPOTSLOS        float64
+}
+
+func (t Timing) validate() error {
+	switch {
+	case t.StepNs <= 0:
+		return fmt.Errorf("%w: step must be > 0 ns, got %d", ErrInvalidConfig, t.StepNs)
+	case t.ShortNs <= 0 || t.LongNs < t.ShortNs:
+		return fmt.Errorf("%w: horizons must satisfy 0 < short <= long, got %d, %d ns", ErrInvalidConfig, t.ShortNs, t.LongNs)
+	case !finite(t.TTFTSLOS) || t.TTFTSLOS <= 0:
+		return fmt.Errorf("%w: ttft slo must be > 0 s, got %v", ErrInvalidConfig, t.TTFTSLOS)
+	case !finite(t.TPOTSLOS) || t.TPOTSLOS <= 0:
+		return fmt.Errorf("%w: tpot slo must be > 0 s, got %v", ErrInvalidConfig, t.TPOTSLOS)
+	}
+	return nil
+}

@@ -1,0 +1,635 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
+)
+
+// Errors callers act on.
+var (
+	ErrUnknownEngine = errors.New("unknown engine")
+	ErrInvalidEngine = errors.New("invalid engine")
+)
+
+// Option configures a Controller.
+type Option func(*Controller)
+
+// WithActuator sets the actuator (default: DryRun, journal only).
+func WithActuator(a Actuator) Option { return func(c *Controller) { c.actuator = a } }
+
+// WithSink sets the journal sink (default: none; the ring always keeps
+// recent decisions).
+func WithSink(s Sink) Option { return func(c *Controller) { c.sink = s } }
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *Controller) { c.log = l } }
+
+// WithHistory seeds the journal ring with earlier decisions (e.g. from
+// LoadJournal); sequence numbers continue after the last.
+func WithHistory(ds []Decision) Option {
+	return func(c *Controller) { c.history = ds }
+}
+
+type riskEvent struct {
+	AtNs int64  `json:"at_ns"`
+	Kind string `json:"kind"`
+}
+
+const riskCap = 64
+
+// Controller decides, step by step, which role every engine holds. All
+// methods are safe for concurrent use; Roles is lock-free.
+type Controller struct {
+	mu       sync.Mutex
+	cfg      Config
+	tm       Timing
+	profiles *ProfileSet
+	log      *slog.Logger
+	actuator Actuator
+	sink     Sink
+	history  []Decision
+
+	engines  []Engine
+	profIdx  []int // per engine: profile index or -1
+	index    map[string]int
+	restored map[string]PersistedEngine
+
+	table   atomic.Pointer[RoleTable]
+	version uint64
+
+	seq          uint64
+	lastMoveNs   int64
+	confirmDir   int
+	confirmCount int
+	confirmSeq   uint64
+	risks        []riskEvent // ring, riskCap
+
+	snap     Snapshot
+	cellBuf  []buckets.Cell
+	builds   uint64
+	journal  journalRing
+	latest   Decision
+	hasLast  bool
+	pendMove []Move
+
+	decisions [4]atomic.Uint64 // by basis (index in Bases)
+	moves     atomic.Uint64
+	blocked   [9]atomic.Uint64 // by gate (index in Gates)
+	lastPref  atomic.Uint64    // float64 bits, current prefill pressure
+	lastDec   atomic.Uint64
+}
+
+// New returns a controller with no engines.
+func New(cfg Config, tm Timing, profiles *ProfileSet, opts ...Option) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := tm.validate(); err != nil {
+		return nil, err
+	}
+	if profiles == nil {
+		profiles = BuiltinProfiles()
+	}
+	if len(profiles.Profiles) == 0 || profiles.Default < 0 || profiles.Default >= len(profiles.Profiles) {
+		return nil, fmt.Errorf("%w: profile set needs a valid default profile", ErrInvalidProfile)
+	}
+	c := &Controller{cfg: cfg, tm: tm, profiles: profiles, index: map[string]int{}, restored: map[string]PersistedEngine{}}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.actuator == nil {
+		c.actuator = DryRun{C: c}
+	}
+	c.journal.buf = make([]Decision, cfg.JournalRing)
+	for _, d := range c.history {
+		c.journal.add(d)
+		c.seq = max(c.seq, d.Seq)
+		c.latest, c.hasLast = d, true
+	}
+	c.history = nil
+	c.publish()
+	return c, nil
+}
+
+// Config returns the controller's configuration.
+func (c *Controller) Config() Config { return c.cfg }
+
+// Roles returns the current role table (lock-free, 0 allocations).
+func (c *Controller) Roles() *RoleTable { return c.table.Load() }
+
+// EstimateBuilds counts output-estimate builds (one per step).
+func (c *Controller) EstimateBuilds() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.builds
+}
+
+// publish rebuilds and swaps the role table. Caller holds mu (or is New).
+func (c *Controller) publish() {
+	c.version++
+	t := &RoleTable{Version: c.version, Prefill: []string{}, Decode: []string{}, known: make(map[string]Role, len(c.engines))}
+	for i := range c.engines {
+		e := &c.engines[i]
+		r := RoleNone
+		if e.Live && e.State == StateServing {
+			r = e.Role
+		}
+		t.known[e.ID] = r
+		switch r {
+		case RolePrefill:
+			t.Prefill = append(t.Prefill, e.ID)
+		case RoleDecode:
+			t.Decode = append(t.Decode, e.ID)
+		}
+	}
+	slices.Sort(t.Prefill)
+	slices.Sort(t.Decode)
+	c.table.Store(t)
+}
+
+func validResident(r Resident) bool {
+	ok := func(x float64) bool { return finite(x) && x >= 0 }
+	return ok(r.QueuedPrefillS) && ok(r.RunningPrefillS) && r.DecodeSeqs >= 0 && r.KVTokens >= 0
+}
+
+// UpsertEngine adds an engine or replaces its row. An engine added with
+// RoleNone gets the role saved for it in restored state, else the role
+// with fewer engines (prefill on a tie). A known engine keeps its
+// controller-side move state (state, target role) unless e carries one.
+func (c *Controller) UpsertEngine(e Engine) error {
+	if e.ID == "" || len(e.ID) > 253 {
+		return fmt.Errorf("%w: id must be 1..253 bytes, got %q", ErrInvalidEngine, e.ID)
+	}
+	if e.KVCapacityTokens < 0 || !validResident(e.Resident) || e.Role > RoleDecode || e.State > StateSwitching || e.TargetRole > RoleDecode {
+		return fmt.Errorf("%w: engine %s: negative or non-finite residency or capacity, or bad role/state", ErrInvalidEngine, e.ID)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pi, ok := c.profiles.Lookup(e.Model, e.GPU)
+	if !ok {
+		pi = -1
+	}
+	if i, ok := c.index[e.ID]; ok {
+		old := &c.engines[i]
+		if e.Role == RoleNone {
+			e.Role = old.Role
+		}
+		if e.State == StateServing && old.State != StateServing {
+			e.State, e.TargetRole = old.State, old.TargetRole
+		}
+		e.LastMoveNs = max(e.LastMoveNs, old.LastMoveNs)
+		c.engines[i], c.profIdx[i] = e, pi
+	} else {
+		if r, ok := c.restored[e.ID]; ok {
+			if e.Role == RoleNone {
+				e.Role = r.Role
+			}
+			e.LastMoveNs = max(e.LastMoveNs, r.LastMoveNs)
+			delete(c.restored, e.ID)
+		}
+		if e.Role == RoleNone {
+			np, nd := 0, 0
+			for i := range c.engines {
+				switch c.engines[i].Role {
+				case RolePrefill:
+					np++
+				case RoleDecode:
+					nd++
+				}
+			}
+			e.Role = RolePrefill
+			if nd < np {
+				e.Role = RoleDecode
+			}
+		}
+		c.index[e.ID] = len(c.engines)
+		c.engines = append(c.engines, e)
+		c.profIdx = append(c.profIdx, pi)
+	}
+	c.publish()
+	return nil
+}
+
+// RemoveEngine drops an engine.
+func (c *Controller) RemoveEngine(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.index[id]
+	if !ok {
+		return fmt.Errorf("remove %q: %w", id, ErrUnknownEngine)
+	}
+	last := len(c.engines) - 1
+	c.engines[i], c.profIdx[i] = c.engines[last], c.profIdx[last]
+	c.index[c.engines[i].ID] = i
+	c.engines, c.profIdx = c.engines[:last], c.profIdx[:last]
+	delete(c.index, id)
+	c.publish()
+	return nil
+}
+
+// UpdateEngine records an engine's residency, KV capacity and liveness.
+// The role table is republished only when liveness changes.
+func (c *Controller) UpdateEngine(id string, nowNs int64, res Resident, kvCapacityTokens int64, live bool) error {
+	if !validResident(res) || kvCapacityTokens < 0 {
+		return fmt.Errorf("%w: engine %s: negative or non-finite residency or capacity", ErrInvalidEngine, id)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.index[id]
+	if !ok {
+		return fmt.Errorf("update %q: %w", id, ErrUnknownEngine)
+	}
+	e := &c.engines[i]
+	e.Resident, e.KVCapacityTokens = res, kvCapacityTokens
+	if e.Live != live {
+		e.Live = live
+		c.publish()
+	}
+	return nil
+}
+
+// Engines returns a copy of the engine table, sorted by id.
+func (c *Controller) Engines() []Engine {
+	c.mu.Lock()
+	out := slices.Clone(c.engines)
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b Engine) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// MoveDone completes a move: with err == nil the engine takes its target
+// role, otherwise it returns to its old role. Either way it serves again.
+func (c *Controller) MoveDone(engineID string, nowNs int64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.index[engineID]
+	if !ok {
+		c.log.Warn("move done for unknown engine", "engine", engineID)
+		return
+	}
+	e := &c.engines[i]
+	if e.State == StateServing {
+		return
+	}
+	if err == nil && e.TargetRole != RoleNone {
+		e.Role = e.TargetRole
+		e.LastMoveNs = max(e.LastMoveNs, nowNs)
+	} else if err != nil {
+		c.log.Warn("move failed", "engine", engineID, "err", err)
+	}
+	e.State, e.TargetRole = StateServing, RoleNone
+	c.publish()
+}
+
+// Snapshot freezes the inputs as a step would and returns a copy that is
+// independent of the controller and its live inputs. It counts as an
+// output-estimate build.
+func (c *Controller) Snapshot(nowNs int64, in Inputs) *Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.freeze(nowNs, in)
+	return c.snap.clone()
+}
+
+// freeze fills c.snap with values. Caller holds mu.
+func (c *Controller) freeze(nowNs int64, in Inputs) {
+	s := &c.snap
+	s.AtNs, s.Timing, s.Config = nowNs, c.tm, c.cfg
+	s.Profiles = append(s.Profiles[:0], c.profiles.Profiles...)
+	s.Engines = s.Engines[:0]
+	for i := range c.engines {
+		e := &c.engines[i]
+		v := EngineView{ID: e.ID, Role: e.Role, State: e.State, Live: e.Live, KVCapacityTokens: e.KVCapacityTokens,
+			Resident: e.Resident, LastMoveNs: e.LastMoveNs, Profile: c.profIdx[i], HasProfile: c.profIdx[i] >= 0}
+		if !v.HasProfile {
+			v.Profile = c.profiles.Default
+		}
+		s.Engines = append(s.Engines, v)
+	}
+	// Output estimates: built once, used by both horizons.
+	var w buckets.Window
+	c.cellBuf = c.cellBuf[:0]
+	if in.Outputs != nil {
+		c.cellBuf, w = in.Outputs.Window(nowNs-4*c.tm.LongNs, nowNs, c.cellBuf)
+	}
+	s.Out = buildOutputEstimate(c.cellBuf, w, c.cfg.DefaultOutputTokens)
+	c.builds++
+	s.EstimateBuild = c.builds
+	for h, span := range [2]int64{c.tm.ShortNs, c.tm.LongNs} {
+		c.cellBuf, w = c.cellBuf[:0], buckets.Window{}
+		if in.Arrivals != nil {
+			c.cellBuf, w = in.Arrivals.Window(nowNs-span, nowNs, c.cellBuf)
+		}
+		hd := &s.Short
+		if h == 1 {
+			hd = &s.Long
+		}
+		horizonMoments(hd, c.cellBuf, w, nowNs-span, nowNs, &s.Out)
+	}
+	s.ObservedPrefill, s.ObservedDecode, s.PendingUnsized = in.ObservedPrefill, in.ObservedDecode, in.PendingUnsized
+	// Consolidation evidence: arrivals wholly after the latest risk.
+	s.riskNow = in.ObservedDecode.Count >= c.cfg.MinObservations && in.ObservedDecode.Mean > 1
+	s.EvidenceCutoffNs = c.riskCutoff(nowNs, s.riskNow)
+	s.Evidence = buckets.Evidence{}
+	if in.Arrivals != nil && s.EvidenceCutoffNs < nowNs {
+		s.Evidence = in.Arrivals.Evidence(s.EvidenceCutoffNs, nowNs)
+	}
+	// Decode correction: observed TPOT over the model's TPOT at the
+	// current residency of the decode engines.
+	s.DecodeCorrection = 1
+	if in.ObservedDecode.Count >= c.cfg.MinObservations && in.ObservedDecode.Mean > 0 {
+		var sum float64
+		var n int
+		for i := range s.Engines {
+			e := &s.Engines[i]
+			if e.serving() && e.Role == RoleDecode && e.Resident.DecodeSeqs > 0 {
+				p := &s.Profiles[e.Profile]
+				if p.HasDecode {
+					sum += p.Decode.StepSeconds(float64(e.Resident.DecodeSeqs), float64(e.Resident.KVTokens))
+					n++
+				}
+			}
+		}
+		if n > 0 && sum > 0 {
+			s.DecodeCorrection = max(0.5, min(2, in.ObservedDecode.Mean*c.tm.TPOTSLOS/(sum/float64(n))))
+		}
+	}
+	s.prepare()
+}
+
+// Step runs one controller step at nowNs: freeze, score, gate, decide,
+// journal; a move is handed to the actuator after the lock is released.
+func (c *Controller) Step(nowNs int64, in Inputs) Decision {
+	c.mu.Lock()
+	c.freeze(nowNs, in)
+	d := c.decide(nowNs)
+	c.journal.add(d)
+	c.latest, c.hasLast = d, true
+	if c.sink != nil {
+		if err := c.sink.Write(&d); err != nil {
+			c.log.Error("journal sink", "err", err)
+		}
+	}
+	moves := append(c.pendMove[:0], d.Moves...)
+	c.pendMove = moves
+	c.mu.Unlock()
+	for _, m := range moves {
+		if err := c.actuator.Start(m); err != nil {
+			c.log.Error("actuator start", "engine", m.EngineID, "err", err)
+			c.MoveDone(m.EngineID, nowNs, fmt.Errorf("actuator start: %w", err))
+		}
+	}
+	return d
+}
+
+func (c *Controller) addRisk(nowNs int64, kind string) {
+	if n := len(c.risks); n > 0 && c.risks[n-1].AtNs == nowNs && c.risks[n-1].Kind == kind {
+		return
+	}
+	if len(c.risks) == riskCap {
+		copy(c.risks, c.risks[1:])
+		c.risks = c.risks[:riskCap-1]
+	}
+	c.risks = append(c.risks, riskEvent{AtNs: nowNs, Kind: kind})
+}
+
+// decide evaluates the frozen snapshot. Caller holds mu.
+func (c *Controller) decide(nowNs int64) Decision {
+	s := &c.snap
+	c.seq++
+	d := Decision{Seq: c.seq, AtNs: nowNs, Basis: s.Basis, Action: ActionHold}
+	d.Snapshot = SnapshotSummary{
+		Engines: len(s.Engines), PrefillEngines: s.PrefillEngines, DecodeEngines: s.DecodeEngines,
+		InTransition: s.InTransition, PendingUnsized: s.PendingUnsized, Incomplete: s.Incomplete,
+		IncompleteReason: s.IncompleteReason, Short: s.Short.rounded(), Long: s.Long.rounded(),
+		Outputs: s.Out, DecodeCorrection: roundJ(s.DecodeCorrection),
+		ObservedPrefill: s.ObservedPrefill.rounded(), ObservedDecode: s.ObservedDecode.rounded(),
+		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), EstimateBuild: s.EstimateBuild,
+	}
+	d.Snapshot.Outputs.Discount, d.Snapshot.Outputs.UnboundedMean = roundJ(s.Out.Discount), roundJ(s.Out.UnboundedMean)
+	d.RecoveryPrefillRatio = roundJ(s.RecoveryRatio)
+	d.QueuedPrefillS = roundJ(s.QueuedPrefillS)
+	d.ObservedPrefillRatio = roundJ(s.ObservedPrefill.Mean)
+	d.ObservedDecodeRatio = roundJ(s.ObservedDecode.Mean)
+	defer func() {
+		for i, b := range Bases {
+			if b == d.Basis {
+				c.decisions[i].Add(1)
+			}
+		}
+		for i, g := range Gates {
+			if g == d.Blocked {
+				c.blocked[i].Add(1)
+			}
+		}
+	}()
+
+	if s.Basis == BasisNoEngines {
+		d.Reason = "no live serving engine"
+		c.confirmDir, c.confirmCount = 0, 0
+		return d
+	}
+	best, cur := s.Best()
+	c.lastPref.Store(math.Float64bits(cur.PrefillPressure))
+	c.lastDec.Store(math.Float64bits(cur.DecodePressure))
+	d.Current, d.Best = cur.rounded(), best.rounded()
+	improvement := cur.Score - best.Score
+	d.Improvement = roundJ(improvement)
+
+	// Risk events for consolidation evidence: decode breaching its SLO.
+	if s.riskNow || cur.DecodePressure > 1 {
+		c.addRisk(nowNs, "decode_pressure")
+		s.EvidenceCutoffNs = nowNs
+	}
+
+	dir := 0
+	switch {
+	case best.Moves == 0:
+		d.Reason = "current split scores best"
+	case max(cur.PrefillPressure, cur.DecodePressure) <= c.cfg.TargetPressure:
+		d.Reason = "both phases within target pressure"
+	case !(improvement > c.cfg.HysteresisMargin):
+		d.Reason = "improvement within hysteresis margin"
+	default:
+		dir = 1
+		if best.Moves < 0 {
+			dir = -1
+		}
+	}
+	if dir == 0 {
+		c.confirmDir, c.confirmCount = 0, 0
+		return d
+	}
+	if dir == c.confirmDir && c.confirmSeq+1 == d.Seq {
+		c.confirmCount++
+	} else {
+		c.confirmDir, c.confirmCount = dir, 1
+	}
+	c.confirmSeq = d.Seq
+	d.Confirmations = c.confirmCount
+
+	prop := s.Split(dir)
+	pr := prop.rounded()
+	d.Proposed = &pr
+	from, to := RoleDecode, RolePrefill
+	srcCount, floor := s.DecodeEngines, c.cfg.MinDecodeEngines
+	srcPressure := prop.DecodePressure
+	movers := s.dm
+	d.Direction = "decode_to_prefill"
+	if dir < 0 {
+		from, to = RolePrefill, RoleDecode
+		srcCount, floor = s.PrefillEngines, c.cfg.MinPrefillEngines
+		srcPressure = prop.PrefillPressure
+		movers = s.pm
+		d.Direction = "prefill_to_decode"
+	}
+	gates := make([]GateResult, 0, len(Gates))
+	gate := func(name string, pass bool, value, limit float64, detail string) {
+		gates = append(gates, GateResult{Gate: name, Pass: pass, Value: roundJ(value), Limit: roundJ(limit), Detail: detail})
+	}
+	gate(GateRoleFloors, srcCount-1 >= floor, float64(srcCount-1), float64(floor), from.String()+" engines after the move")
+	gate(GateLiveAvailability, s.InTransition == 0 && srcCount > 0, float64(s.InTransition), 0, "engines draining or switching")
+	gate(GateSourcePressure, srcPressure < c.cfg.SourceLimit, srcPressure, c.cfg.SourceLimit, from.String()+" pressure after the move")
+	var ev *DemandEvidence
+	if dir > 0 {
+		kvOK := prop.KVCapacityTokens == 0 || prop.KVNeedTokens <= c.cfg.KVHeadroom*prop.KVCapacityTokens
+		limit := c.cfg.KVHeadroom * prop.KVCapacityTokens
+		gate(GateKVLimit, kvOK, prop.KVNeedTokens, limit, "decode KV tokens vs headroom × capacity after the move")
+		ev = c.evidence(nowNs)
+		evOK := ev.Closed && prop.DecodeEngines >= ev.EnvelopeDecodeEngines
+		gate(GateDemandEvidence, evOK, float64(ev.Arrivals), float64(ev.RequiredArrivals), "consolidation evidence closed and envelope kept")
+	} else {
+		gate(GateKVLimit, true, prop.KVNeedTokens, c.cfg.KVHeadroom*prop.KVCapacityTokens, "adds decode capacity")
+		gate(GateDemandEvidence, true, 0, 0, "not a consolidation")
+	}
+	cooldownNs := int64(c.cfg.CooldownS * 1e9)
+	sinceMove := float64(nowNs-c.lastMoveNs) / 1e9
+	if c.lastMoveNs == 0 {
+		sinceMove = math.Inf(1)
+	}
+	gate(GateCooldown, c.lastMoveNs == 0 || nowNs-c.lastMoveNs >= cooldownNs, sinceMove, c.cfg.CooldownS, "seconds since the last move")
+	// Candidate: cheapest mover passing dwell, then coverage.
+	dwellNs := int64(c.cfg.DwellS * 1e9)
+	cand, dwellAny := -1, false
+	for _, i := range movers {
+		e := &s.Engines[i]
+		if e.LastMoveNs != 0 && nowNs-e.LastMoveNs < dwellNs {
+			continue
+		}
+		dwellAny = true
+		p := &s.Profiles[e.Profile]
+		covered := e.HasProfile && ((to == RolePrefill && p.CoversPrefill(s.Long.MaxInput)) || (to == RoleDecode && p.CoversDecode(s.Long.MaxCtxPerSeq)))
+		if covered {
+			cand = int(i)
+			break
+		}
+	}
+	gate(GateDwell, dwellAny, 0, c.cfg.DwellS, "a "+from.String()+" engine past its dwell")
+	gate(GateProfileCoverage, cand >= 0, 0, 0, "a profile covering "+to.String()+" and the observed shapes")
+	gate(GateConfirmation, c.confirmCount >= c.cfg.ConfirmSteps, float64(c.confirmCount), float64(c.cfg.ConfirmSteps), "consecutive steps choosing this move")
+	d.Gates = gates
+	for _, g := range gates {
+		if !g.Pass {
+			d.Blocked = g.Gate
+			break
+		}
+	}
+	if ev != nil {
+		ev.BlockedGate = d.Blocked
+		d.DemandEvidence = ev
+	}
+	if d.Blocked != "" {
+		d.Action = ActionBlocked
+		d.Reason = "blocked by " + d.Blocked
+		return d
+	}
+	// Move.
+	e := &s.Engines[cand]
+	idx := c.index[e.ID]
+	le := &c.engines[idx]
+	le.State, le.TargetRole, le.LastMoveNs = StateDraining, to, nowNs
+	c.lastMoveNs = nowNs
+	c.confirmDir, c.confirmCount = 0, 0
+	c.addRisk(nowNs, "move")
+	m := Move{EngineID: e.ID, From: from, To: to, DecisionSeq: d.Seq, AtNs: nowNs}
+	d.Moves = []Move{m}
+	d.Action = ActionMove
+	d.Reason = "moving " + e.ID + " from " + from.String() + " to " + to.String()
+	c.moves.Add(1)
+	c.publish()
+	return d
+}
+
+// riskCutoff is the evidence cutoff: the latest risk event within the max
+// span (now when riskNow), else now − max span.
+func (c *Controller) riskCutoff(nowNs int64, riskNow bool) int64 {
+	if riskNow {
+		return nowNs
+	}
+	cutoff := nowNs - c.tm.LongNs
+	for _, r := range c.risks {
+		if r.AtNs > cutoff && r.AtNs <= nowNs {
+			cutoff = r.AtNs
+		}
+	}
+	return cutoff
+}
+
+// evidence builds demand_evidence from the snapshot. Caller holds mu.
+func (c *Controller) evidence(nowNs int64) *DemandEvidence {
+	s := &c.snap
+	ev := &DemandEvidence{
+		RequiredSpanS:    float64(c.tm.ShortNs) / 1e9,
+		RequiredArrivals: c.cfg.MinEvidenceArrivals,
+		MaxSpanS:         float64(c.tm.LongNs) / 1e9,
+		RiskKind:         "none",
+	}
+	if s.EvidenceCutoffNs < nowNs {
+		ev.SpanS = float64(s.Evidence.SpanNs) / 1e9
+		ev.Arrivals = s.Evidence.Observations
+	}
+	ev.Closed = ev.SpanS >= ev.RequiredSpanS && ev.Arrivals >= ev.RequiredArrivals
+	var latest riskEvent
+	for _, r := range c.risks {
+		if r.AtNs > nowNs-c.tm.LongNs && r.AtNs <= nowNs {
+			ev.RiskEvents++
+			if r.AtNs >= latest.AtNs {
+				latest = r
+			}
+		}
+	}
+	if ev.RiskEvents > 0 {
+		ev.RiskKind, ev.RiskAgeS = latest.Kind, roundJ(float64(nowNs-latest.AtNs)/1e9)
+	}
+	ev.ShortDecodeEngines = s.NeededDecodeEngines(0)
+	ev.LongDecodeEngines = s.NeededDecodeEngines(1)
+	ev.EnvelopeDecodeEngines = max(ev.ShortDecodeEngines, ev.LongDecodeEngines)
+	switch {
+	case s.Long.RatePerS > 0:
+		ev.TrendRatio = roundJ(s.Short.RatePerS / s.Long.RatePerS)
+	case s.Short.RatePerS > 0:
+		ev.TrendRatio = roundJ(math.Inf(1))
+	default:
+		ev.TrendRatio = 1
+	}
+	ev.SpanS = roundJ(ev.SpanS)
+	return ev
+}

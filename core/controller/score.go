@@ -1,0 +1,216 @@
+package controller
+
+import "math"
+
+// SplitScore is one candidate split scored from a snapshot. Moves > 0
+// moves that many decode engines to prefill, < 0 prefill engines to
+// decode, 0 is the current split.
+type SplitScore struct {
+	Moves          int `json:"moves"`
+	PrefillEngines int `json:"prefill_engines"`
+	DecodeEngines  int `json:"decode_engines"`
+	// Pressures are predicted latency / SLO (the worse horizon); decode
+	// pressure also covers KV use / physical KV capacity.
+	PrefillPressure float64 `json:"prefill_pressure"`
+	DecodePressure  float64 `json:"decode_pressure"`
+	ShortPrefill    float64 `json:"short_prefill"`
+	LongPrefill     float64 `json:"long_prefill"`
+	ShortDecode     float64 `json:"short_decode"`
+	LongDecode      float64 `json:"long_decode"`
+	// KVNeedTokens: the decode pool's resident or predicted KV tokens,
+	// whichever is larger; KVCapacityTokens its physical capacity (0 when
+	// some engine's capacity is unknown: then KV is not judged).
+	KVNeedTokens     float64 `json:"kv_need_tokens"`
+	KVCapacityTokens float64 `json:"kv_capacity_tokens"`
+	DrainS           float64 `json:"drain_s"`
+	Score            float64 `json:"score"`
+}
+
+// MinMoves and MaxMoves bound the candidate splits over live serving
+// engines.
+func (s *Snapshot) MinMoves() int { return -len(s.pm) }
+
+// MaxMoves is the most decode-to-prefill moves.
+func (s *Snapshot) MaxMoves() int { return len(s.dm) }
+
+// Split scores the split that makes j moves from the current one
+// (clamped to the candidate range).
+func (s *Snapshot) Split(j int) SplitScore {
+	j = max(s.MinMoves(), min(s.MaxMoves(), j))
+	c := &s.cum
+	sc := SplitScore{Moves: j, PrefillEngines: s.PrefillEngines + j, DecodeEngines: s.DecodeEngines - j}
+	nP, nD := sc.PrefillEngines, sc.DecodeEngines
+	// Pool sums after the move.
+	backlog := c.backlog
+	kvCap, kvUnknown, resKV := c.kvCapD, c.kvUnknownD, c.resKVD
+	var muP, capD, aD [2]float64
+	for h := 0; h < 2; h++ {
+		muP[h], capD[h], aD[h] = s.base[h].muP, s.base[h].capD, s.base[h].aD
+	}
+	switch {
+	case j > 0:
+		for h := 0; h < 2; h++ {
+			muP[h] += c.dMu[h][j]
+			capD[h] -= c.dCap[h][j]
+			aD[h] -= c.dA[j]
+		}
+		kvCap -= c.dKVCap[j]
+		kvUnknown -= c.dKVUnknown[j]
+		resKV -= c.dRes[j]
+		sc.DrainS = c.dDrain[j]
+	case j < 0:
+		k := -j
+		for h := 0; h < 2; h++ {
+			muP[h] -= c.pMu[h][k]
+			capD[h] += c.pCap[h][k]
+			aD[h] += c.pA[k]
+		}
+		backlog -= c.pBacklog[k]
+		kvCap += c.pKV[k]
+		kvUnknown += c.pKVUnknown[k]
+		sc.DrainS = c.pDrain[k]
+	}
+	if kvUnknown == 0 && nD > 0 {
+		sc.KVCapacityTokens = kvCap
+	}
+	sc.KVNeedTokens = resKV
+	if s.Basis == BasisOfferedDemand {
+		hz := [2]*HorizonDemand{&s.Short, &s.Long}
+		pp, dp := [2]float64{}, [2]float64{}
+		for h := 0; h < 2; h++ {
+			pp[h] = s.prefillPressure(hz[h], nP, muP[h], backlog)
+			var kv float64
+			dp[h], kv = s.decodePressure(hz[h], nD, capD[h], aD[h])
+			sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
+		}
+		sc.ShortPrefill, sc.LongPrefill = pp[0], pp[1]
+		sc.ShortDecode, sc.LongDecode = dp[0], dp[1]
+	} else {
+		p := scaleObserved(s.obsP, s.PrefillEngines, nP)
+		d := scaleObserved(s.obsD, s.DecodeEngines, nD)
+		sc.ShortPrefill, sc.LongPrefill, sc.ShortDecode, sc.LongDecode = p, p, d, d
+	}
+	sc.PrefillPressure = max(sc.ShortPrefill, sc.LongPrefill)
+	sc.DecodePressure = max(sc.ShortDecode, sc.LongDecode)
+	if sc.KVCapacityTokens > 0 {
+		sc.DecodePressure = max(sc.DecodePressure, sc.KVNeedTokens/sc.KVCapacityTokens)
+	} else if nD == 0 && sc.KVNeedTokens > 0 {
+		sc.DecodePressure = math.Inf(1)
+	}
+	sc.Score = max(sc.PrefillPressure, sc.DecodePressure) + s.Config.DrainCostWeight*sc.DrainS
+	return sc
+}
+
+// scaleObserved scales an observed pressure measured with n0 engines to n
+// engines. With no engine now, the observation stands for one engine (and
+// at least saturation: nothing is being served).
+func scaleObserved(obs float64, n0, n int) float64 {
+	if n0 == 0 {
+		if obs == 0 {
+			return 0
+		}
+		obs, n0 = max(obs, 1), 1
+	}
+	if n == 0 {
+		if obs == 0 {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	return obs * float64(n0) / float64(n)
+}
+
+// prefillPressure: predicted TTFT / TTFT SLO of a pool of n engines with
+// total service rate muSum (requests/s) and resident backlog seconds, as
+// an M/D/1-like queue: mean service time × (1 + ρ/(2(1−ρ))) + backlog / n.
+func (s *Snapshot) prefillPressure(h *HorizonDemand, n int, muSum, backlogS float64) float64 {
+	if n <= 0 {
+		if h.RatePerS > 0 || backlogS > 0 {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	ttft := backlogS / float64(n)
+	if h.RatePerS > 0 {
+		if muSum <= 0 {
+			return math.Inf(1)
+		}
+		rho := h.RatePerS / muSum
+		if rho >= 1 {
+			return math.Inf(1)
+		}
+		ttft += float64(n) / muSum * (1 + rho/(2*(1-rho)))
+	}
+	return ttft / s.Timing.TTFTSLOS
+}
+
+// decodePressure: predicted TPOT / TPOT SLO of a pool of n engines. A
+// step takes a + m·B (m per sequence at the horizon's mean context), so a
+// token rate r spread over the pool gives TPOT = ā / (1 − r/Σ(1/m)),
+// times the decode correction. Also returns the predicted KV tokens
+// (Little: r·TPOT sequences × mean context).
+func (s *Snapshot) decodePressure(h *HorizonDemand, n int, capSum, aSum float64) (float64, float64) {
+	r := h.RatePerS * h.MeanOutput
+	if n <= 0 {
+		if r > 0 {
+			return math.Inf(1), math.Inf(1)
+		}
+		return 0, 0
+	}
+	if capSum <= 0 {
+		if r > 0 {
+			return math.Inf(1), math.Inf(1)
+		}
+		return 0, 0
+	}
+	rho := r / capSum
+	if rho >= 1 {
+		return math.Inf(1), math.Inf(1)
+	}
+	tpot := aSum / float64(n) / (1 - rho) * s.DecodeCorrection
+	return tpot / s.Timing.TPOTSLOS, r * tpot * h.DecodeCtx
+}
+
+// NeededDecodeEngines is the smallest decode pool (over this snapshot's
+// split order) whose decode pressure on horizon h (0 short, 1 long) is at
+// or under the target; all live serving engines when none is.
+func (s *Snapshot) NeededDecodeEngines(h int) int {
+	for j := s.MaxMoves(); j >= s.MinMoves(); j-- {
+		sc := s.Split(j)
+		p := sc.ShortDecode
+		if h == 1 {
+			p = sc.LongDecode
+		}
+		if sc.KVCapacityTokens > 0 {
+			p = max(p, sc.KVNeedTokens/sc.KVCapacityTokens)
+		}
+		if p <= s.Config.TargetPressure {
+			return sc.DecodeEngines
+		}
+	}
+	return s.PrefillEngines + s.DecodeEngines
+}
+
+// Best returns the split with the lowest score (ties: fewest moves, then
+// prefer the current direction order) and the current split.
+func (s *Snapshot) Best() (best, current SplitScore) {
+	current = s.Split(0)
+	best = current
+	for j := s.MinMoves(); j <= s.MaxMoves(); j++ {
+		if j == 0 {
+			continue
+		}
+		sc := s.Split(j)
+		if sc.Score < best.Score || (sc.Score == best.Score && abs(j) < abs(best.Moves)) {
+			best = sc
+		}
+	}
+	return best, current
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

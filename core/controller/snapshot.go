@@ -1,0 +1,467 @@
+package controller
+
+import (
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
+)
+
+// HistoryReader is the read side of one demand history that the
+// controller needs; *buckets.History satisfies it.
+type HistoryReader interface {
+	Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.Cell, buckets.Window)
+	Evidence(cutoffNs, toNs int64) buckets.Evidence
+}
+
+// PhaseObservation is observed latency pressure of one phase over the
+// short horizon: count, mean and max of latency / SLO.
+type PhaseObservation struct {
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean"`
+	Max   float64 `json:"max"`
+}
+
+// Inputs is what one step reads from the live core. The readers are read
+// once, during the freeze; nothing in the snapshot points back into them.
+type Inputs struct {
+	Arrivals HistoryReader
+	Outputs  HistoryReader
+	// PendingUnsized counts offers whose bodies are still being read.
+	PendingUnsized int64
+	// ObservedPrefill: TTFT / TTFT SLO; ObservedDecode: TPOT / TPOT SLO.
+	ObservedPrefill PhaseObservation
+	ObservedDecode  PhaseObservation
+}
+
+// HorizonDemand is offered work over one horizon, as moments of the
+// request shapes (values only).
+type HorizonDemand struct {
+	FromNs   int64   `json:"from_ns"`
+	ToNs     int64   `json:"to_ns"`
+	SpanS    float64 `json:"span_s"`
+	Requests float64 `json:"requests"`
+	RatePerS float64 `json:"rate_per_s"`
+	// MeanInput and MeanInputSq are E[L] and E[L²] of input tokens.
+	MeanInput   float64 `json:"mean_input"`
+	MeanInputSq float64 `json:"mean_input_sq"`
+	// MeanOutput is the estimated output tokens per request (requested
+	// output through the learned discount).
+	MeanOutput float64 `json:"mean_output"`
+	// DecodeCtx is the mean context per sequence over its decode,
+	// weighted by output tokens: E[o·(L+o/2)] / E[o].
+	DecodeCtx        float64 `json:"decode_ctx"`
+	MaxInput         int64   `json:"max_input"`
+	MaxCtxPerSeq     int64   `json:"max_ctx_per_seq"`
+	Overflow         int64   `json:"overflow"`
+	Unsized          int64   `json:"unsized"`
+	InvalidBuckets   int     `json:"invalid_buckets"`
+	DecodeIncomplete bool    `json:"decode_incomplete"`
+}
+
+// OutputEstimate turns requested output tokens into expected output
+// tokens. It is built once per step from the outputs history and used for
+// both horizons.
+type OutputEstimate struct {
+	// Learned is false while the outputs history holds overflow (or has no
+	// observations); then Discount is 1 and UnboundedMean the configured
+	// default.
+	Learned bool `json:"learned"`
+	// Reason says why learning is off: "overflow", "no_observations".
+	Reason string `json:"reason,omitempty"`
+	// Discount is Σactual / Σrequested over completed requests that gave a
+	// requested output (capped at 1).
+	Discount float64 `json:"discount"`
+	// UnboundedMean is the mean actual output of requests without one.
+	UnboundedMean float64 `json:"unbounded_mean"`
+	Observations  int64   `json:"observations"`
+	Overflow      int64   `json:"overflow"`
+}
+
+// Estimate returns the expected output tokens for a requested output.
+func (e *OutputEstimate) Estimate(requested int64) float64 {
+	if requested <= 0 {
+		return e.UnboundedMean
+	}
+	return float64(requested) * e.Discount
+}
+
+// EngineView is an engine as frozen in a snapshot.
+type EngineView struct {
+	ID               string      `json:"id"`
+	Role             Role        `json:"role"`
+	State            EngineState `json:"state"`
+	Live             bool        `json:"live"`
+	KVCapacityTokens int64       `json:"kv_capacity_tokens"`
+	Resident         Resident    `json:"resident"`
+	LastMoveNs       int64       `json:"last_move_ns"`
+	// Profile indexes Snapshot.Profiles; HasProfile is false when the
+	// engine's (model, GPU) had none and the default profile scores it.
+	Profile    int     `json:"profile"`
+	HasProfile bool    `json:"has_profile"`
+	DrainS     float64 `json:"drain_s"`
+}
+
+func (e *EngineView) serving() bool { return e.Live && e.State == StateServing }
+
+// Basis values (decision_basis), a closed set.
+const (
+	// BasisOfferedDemand: demand is complete; splits are scored from the
+	// offered work of both horizons and the profiles.
+	BasisOfferedDemand = "offered_demand"
+	// BasisObservedPressure: demand is incomplete and no recovery ratio
+	// applies (no queued prefill or no prefill engine); splits are scored
+	// from observed phase pressure scaled by engine counts.
+	BasisObservedPressure = "observed_pressure"
+	// BasisRecovery: demand is incomplete, queued_prefill_s > 0 and a
+	// prefill engine exists; prefill pressure is recovery_prefill_ratio.
+	BasisRecovery = "recovery"
+	// BasisNoEngines: no live serving engine; the controller holds.
+	BasisNoEngines = "no_engines"
+)
+
+// Bases lists every decision_basis value.
+var Bases = []string{BasisOfferedDemand, BasisObservedPressure, BasisRecovery, BasisNoEngines}
+
+// Snapshot is a decision's frozen input: values only. Scores computed
+// from it do not change when live buckets, engines or profiles change.
+type Snapshot struct {
+	AtNs   int64  `json:"at_ns"`
+	Timing Timing `json:"-"`
+	Config Config `json:"-"`
+	// Profiles are copies of the profile coefficients in use.
+	Profiles []Profile    `json:"-"`
+	Engines  []EngineView `json:"-"`
+
+	Short HorizonDemand  `json:"short"`
+	Long  HorizonDemand  `json:"long"`
+	Out   OutputEstimate `json:"outputs"`
+	// DecodeCorrection scales the decode model by observed / modelled TPOT
+	// at the current residency (1 without enough observations).
+	DecodeCorrection float64          `json:"decode_correction"`
+	ObservedPrefill  PhaseObservation `json:"observed_prefill"`
+	ObservedDecode   PhaseObservation `json:"observed_decode"`
+	PendingUnsized   int64            `json:"pending_unsized"`
+
+	// Over live serving prefill engines.
+	QueuedPrefillS   float64 `json:"queued_prefill_s"`
+	RunningPrefillS  float64 `json:"running_prefill_s"`
+	PrefillEngines   int     `json:"prefill_engines"`
+	DecodeEngines    int     `json:"decode_engines"`
+	InTransition     int     `json:"in_transition"`
+	ResidentDecodeKV float64 `json:"resident_decode_kv"`
+
+	Incomplete       bool    `json:"incomplete"`
+	IncompleteReason string  `json:"incomplete_reason,omitempty"`
+	Basis            string  `json:"decision_basis"`
+	RecoveryRatio    float64 `json:"recovery_prefill_ratio"`
+	EstimateBuild    uint64  `json:"estimate_build"`
+	// Evidence is the arrivals evidence wholly after EvidenceCutoffNs.
+	Evidence         buckets.Evidence `json:"evidence"`
+	EvidenceCutoffNs int64            `json:"evidence_cutoff_ns"`
+	riskNow          bool
+
+	// Derived scoring tables (from the values above only).
+	pm, dm []int32 // live serving prefill / decode engines by drain cost
+	cum    cumulative
+	base   [2]poolBase
+	obsP   float64 // observed-basis prefill pressure at the current split
+	obsD   float64
+}
+
+// poolBase: per horizon, sums over the current pools.
+type poolBase struct {
+	muP, capD, aD float64
+}
+
+// cumulative: prefix sums over movers in cost order; index k = first k.
+type cumulative struct {
+	pMu, pCap         [2][]float64
+	pA, pBacklog, pKV []float64
+	pKVUnknown        []int32
+	pDrain            []float64
+	dMu, dCap         [2][]float64
+	dA, dKVCap, dRes  []float64
+	dKVUnknown        []int32
+	dDrain            []float64
+	backlog           float64
+	kvCapD            float64
+	kvUnknownD        int32
+	resKVD            float64
+}
+
+func (s *Snapshot) profileOf(e *EngineView) *Profile { return &s.Profiles[e.Profile] }
+
+// clone returns a deep copy (buffers not shared).
+func (s *Snapshot) clone() *Snapshot {
+	n := *s
+	n.Profiles = slices.Clone(s.Profiles)
+	n.Engines = slices.Clone(s.Engines)
+	n.pm, n.dm = nil, nil
+	n.cum = cumulative{}
+	n.prepare()
+	return &n
+}
+
+// horizonMoments fills h from cells and the window summary.
+func horizonMoments(h *HorizonDemand, cells []buckets.Cell, w buckets.Window, fromNs, toNs int64, est *OutputEstimate) {
+	*h = HorizonDemand{FromNs: fromNs, ToNs: toNs}
+	if w.Buckets > 0 && w.FromNs < fromNs {
+		h.FromNs = w.FromNs
+	}
+	h.SpanS = float64(toNs-h.FromNs) / 1e9
+	var n, sl, sl2, so, soc float64
+	add := func(l, req, count int64) {
+		c := float64(count)
+		o := est.Estimate(req)
+		lf := float64(l)
+		n += c
+		sl += c * lf
+		sl2 += c * lf * lf
+		so += c * o
+		soc += c * o * (lf + o/2)
+		h.MaxInput = max(h.MaxInput, l)
+		ctx := l + int64(math.Ceil(o))
+		if req > 0 {
+			ctx = l + req
+		}
+		h.MaxCtxPerSeq = max(h.MaxCtxPerSeq, ctx)
+	}
+	for i := range cells {
+		if cells[i].Count > 0 {
+			add(cells[i].Shape.Input, cells[i].Shape.Output, cells[i].Count)
+		}
+	}
+	if w.Overflow.Count > 0 {
+		add(w.Overflow.MaxInput, w.Overflow.MaxOutput, w.Overflow.Count)
+	}
+	h.Overflow = w.Overflow.Count
+	h.Unsized = w.Unsized
+	h.InvalidBuckets = w.InvalidBuckets
+	h.DecodeIncomplete = w.DecodeIncomplete()
+	h.Requests = n
+	if h.SpanS > 0 {
+		h.RatePerS = n / h.SpanS
+	}
+	if n > 0 {
+		h.MeanInput = sl / n
+		h.MeanInputSq = sl2 / n
+		h.MeanOutput = so / n
+	}
+	if so > 0 {
+		h.DecodeCtx = soc / so
+	}
+}
+
+// buildOutputEstimate learns output discounts from the outputs history
+// cells (Input = requested, Output = actual).
+func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, defaultOut int64) OutputEstimate {
+	e := OutputEstimate{Discount: 1, UnboundedMean: float64(defaultOut), Overflow: w.Overflow.Count}
+	var req, act, zeroN, zeroAct float64
+	for i := range cells {
+		c := float64(cells[i].Count)
+		if c <= 0 {
+			continue
+		}
+		e.Observations += cells[i].Count
+		if cells[i].Shape.Input > 0 {
+			req += c * float64(cells[i].Shape.Input)
+			act += c * float64(cells[i].Shape.Output)
+		} else {
+			zeroN += c
+			zeroAct += c * float64(cells[i].Shape.Output)
+		}
+	}
+	e.Observations += w.Overflow.Count
+	switch {
+	case w.Overflow.Count > 0:
+		e.Reason = "overflow"
+		return e
+	case e.Observations == 0:
+		e.Reason = "no_observations"
+		return e
+	}
+	e.Learned = true
+	if req > 0 {
+		e.Discount = min(1, act/req)
+	}
+	if zeroN > 0 {
+		e.UnboundedMean = zeroAct / zeroN
+	}
+	return e
+}
+
+// prepare derives the scoring tables from the snapshot's values.
+func (s *Snapshot) prepare() {
+	s.pm, s.dm = s.pm[:0], s.dm[:0]
+	s.QueuedPrefillS, s.RunningPrefillS, s.ResidentDecodeKV = 0, 0, 0
+	s.PrefillEngines, s.DecodeEngines, s.InTransition = 0, 0, 0
+	tpot := s.Timing.TPOTSLOS
+	for i := range s.Engines {
+		e := &s.Engines[i]
+		if e.State != StateServing {
+			s.InTransition++
+		}
+		if !e.serving() {
+			continue
+		}
+		switch e.Role {
+		case RolePrefill:
+			e.DrainS = e.Resident.QueuedPrefillS + e.Resident.RunningPrefillS
+			s.QueuedPrefillS += e.Resident.QueuedPrefillS
+			s.RunningPrefillS += e.Resident.RunningPrefillS
+			s.PrefillEngines++
+			s.pm = append(s.pm, int32(i))
+		case RoleDecode:
+			e.DrainS = 0
+			if e.Resident.DecodeSeqs > 0 {
+				e.DrainS = s.Long.MeanOutput / 2 * tpot
+			}
+			s.ResidentDecodeKV += float64(e.Resident.KVTokens)
+			s.DecodeEngines++
+			s.dm = append(s.dm, int32(i))
+		}
+	}
+	byCost := func(a, b int32) int {
+		ea, eb := &s.Engines[a], &s.Engines[b]
+		if ea.DrainS != eb.DrainS {
+			if ea.DrainS < eb.DrainS {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ea.ID, eb.ID)
+	}
+	slices.SortFunc(s.pm, byCost)
+	slices.SortFunc(s.dm, byCost)
+
+	// Per-profile, per-horizon engine parameters.
+	hz := [2]*HorizonDemand{&s.Short, &s.Long}
+	mu := func(p *Profile, h *HorizonDemand) float64 { // prefill requests/s one engine serves
+		if !p.HasPrefill || h.Requests == 0 {
+			return 0
+		}
+		sv := p.Prefill.A + p.Prefill.B*h.MeanInput + p.Prefill.C*h.MeanInputSq
+		if sv <= 0 {
+			return 0
+		}
+		return 1 / sv
+	}
+	capT := func(p *Profile, h *HorizonDemand) float64 { // decode tokens/s one engine can reach
+		if !p.HasDecode {
+			return 0
+		}
+		m := p.Decode.PerSeq + p.Decode.PerCtxToken*h.DecodeCtx
+		if m <= 0 {
+			return math.Inf(1)
+		}
+		return 1 / m
+	}
+	c := &s.cum
+	grow := func(b []float64, n int) []float64 {
+		if cap(b) < n {
+			b = make([]float64, n)
+		}
+		b = b[:n]
+		b[0] = 0
+		return b
+	}
+	growI := func(b []int32, n int) []int32 {
+		if cap(b) < n {
+			b = make([]int32, n)
+		}
+		b = b[:n]
+		b[0] = 0
+		return b
+	}
+	np, nd := len(s.pm)+1, len(s.dm)+1
+	for h := 0; h < 2; h++ {
+		c.pMu[h], c.pCap[h] = grow(c.pMu[h], np), grow(c.pCap[h], np)
+		c.dMu[h], c.dCap[h] = grow(c.dMu[h], nd), grow(c.dCap[h], nd)
+	}
+	c.pA, c.pBacklog, c.pKV, c.pDrain = grow(c.pA, np), grow(c.pBacklog, np), grow(c.pKV, np), grow(c.pDrain, np)
+	c.pKVUnknown = growI(c.pKVUnknown, np)
+	c.dA, c.dKVCap, c.dRes, c.dDrain = grow(c.dA, nd), grow(c.dKVCap, nd), grow(c.dRes, nd), grow(c.dDrain, nd)
+	c.dKVUnknown = growI(c.dKVUnknown, nd)
+	s.base = [2]poolBase{}
+	c.backlog, c.kvCapD, c.kvUnknownD, c.resKVD = 0, 0, 0, 0
+	for k, i := range s.pm {
+		e := &s.Engines[i]
+		p := s.profileOf(e)
+		for h := 0; h < 2; h++ {
+			m := mu(p, hz[h])
+			s.base[h].muP += m
+			c.pMu[h][k+1] = c.pMu[h][k] + m
+			c.pCap[h][k+1] = c.pCap[h][k] + capT(p, hz[h])
+		}
+		c.pA[k+1] = c.pA[k] + p.Decode.A
+		bl := e.Resident.QueuedPrefillS + e.Resident.RunningPrefillS
+		c.backlog += bl
+		c.pBacklog[k+1] = c.pBacklog[k] + bl
+		c.pKV[k+1] = c.pKV[k] + float64(e.KVCapacityTokens)
+		c.pKVUnknown[k+1] = c.pKVUnknown[k]
+		if e.KVCapacityTokens <= 0 {
+			c.pKVUnknown[k+1]++
+		}
+		c.pDrain[k+1] = c.pDrain[k] + e.DrainS
+	}
+	for k, i := range s.dm {
+		e := &s.Engines[i]
+		p := s.profileOf(e)
+		for h := 0; h < 2; h++ {
+			cp := capT(p, hz[h])
+			s.base[h].capD += cp
+			s.base[h].aD += p.Decode.A
+			c.dMu[h][k+1] = c.dMu[h][k] + mu(p, hz[h])
+			c.dCap[h][k+1] = c.dCap[h][k] + cp
+		}
+		c.dA[k+1] = c.dA[k] + p.Decode.A
+		c.kvCapD += float64(e.KVCapacityTokens)
+		c.dKVCap[k+1] = c.dKVCap[k] + float64(e.KVCapacityTokens)
+		c.dKVUnknown[k+1] = c.dKVUnknown[k]
+		if e.KVCapacityTokens <= 0 {
+			c.kvUnknownD++
+			c.dKVUnknown[k+1]++
+		}
+		c.resKVD += float64(e.Resident.KVTokens)
+		c.dRes[k+1] = c.dRes[k] + float64(e.Resident.KVTokens)
+		c.dDrain[k+1] = c.dDrain[k] + e.DrainS
+	}
+
+	// Basis and the observed-pressure bases.
+	s.Incomplete, s.IncompleteReason = false, ""
+	switch {
+	case s.PendingUnsized > s.Config.PendingTolerance:
+		s.Incomplete, s.IncompleteReason = true, "unsized_pending"
+	case s.Long.DecodeIncomplete || s.Short.DecodeIncomplete:
+		s.Incomplete, s.IncompleteReason = true, "decode_overflow_zero_output"
+	}
+	s.RecoveryRatio = RecoveryPrefillRatio(s.ObservedPrefill.Mean, s.RunningPrefillS, s.QueuedPrefillS, s.PrefillEngines, s.Timing.TTFTSLOS)
+	switch {
+	case s.PrefillEngines+s.DecodeEngines == 0:
+		s.Basis = BasisNoEngines
+	case !s.Incomplete:
+		s.Basis = BasisOfferedDemand
+	case s.QueuedPrefillS > 0 && s.PrefillEngines > 0:
+		s.Basis = BasisRecovery
+	default:
+		s.Basis = BasisObservedPressure
+	}
+	s.obsP = s.ObservedPrefill.Mean
+	if s.Basis == BasisRecovery {
+		s.obsP = s.RecoveryRatio
+	}
+	s.obsD = s.ObservedDecode.Mean
+}
+
+// RecoveryPrefillRatio is the spec's formula: with queued prefill and at
+// least one prefill engine, max(observed, (resident + queued prefill s) /
+// (prefill engines × TTFT SLO s)); otherwise the observed prefill
+// pressure.
+func RecoveryPrefillRatio(observed, residentPrefillS, queuedPrefillS float64, prefillEngines int, ttftSLOS float64) float64 {
+	if queuedPrefillS > 0 && prefillEngines > 0 {
+		return max(observed, (residentPrefillS+queuedPrefillS)/(float64(prefillEngines)*ttftSLOS))
+	}
+	return observed
+}
