@@ -160,6 +160,9 @@ func (d *Decoder) engineName(quoted []byte, esc bool) (string, error) {
 			return name, nil
 		}
 	}
+	if !utf8.Valid(raw) {
+		return "", fmt.Errorf("%w: engine is not valid UTF-8", ErrMalformed)
+	}
 	var name string
 	if esc {
 		if json.Unmarshal(quoted, &name) != nil {
@@ -171,8 +174,10 @@ func (d *Decoder) engineName(quoted []byte, esc bool) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("%w: engine must not be empty", ErrOutOfRange)
 	}
-	if !utf8.ValidString(name) {
-		return "", fmt.Errorf("%w: engine is not valid UTF-8", ErrMalformed)
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return "", fmt.Errorf("%w: engine %q holds a control or invalid character", ErrOutOfRange, name)
+		}
 	}
 	if len(name) > 253 {
 		return "", fmt.Errorf("%w: engine is %d bytes long, limit 253", ErrOutOfRange, len(name))

@@ -1,0 +1,128 @@
+package service
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// Precedence: flags > environment > file > defaults, per field.
+func TestLoadPrecedence(t *testing.T) {
+	file := writeFile(t, "c.yaml", `
+listen: "127.0.0.1:9001"
+data_dir: /from/file
+log_level: warn
+auth:
+  token: file-token
+http:
+  max_body_bytes: 1000
+  max_line_bytes: 100
+events:
+  max_tokens: 500
+engines:
+  - {id: e1, node: n1, model: m, gpu: H100, role: decode, kv_capacity_tokens: 1000}
+`)
+	env := map[string]string{
+		"NARWHAL_CONFIG":              file,
+		"NARWHAL_DATA_DIR":            "/from/env",
+		"NARWHAL_HTTP_MAX_BODY_BYTES": "2000",
+		"NARWHAL_LOG_LEVEL":           "debug",
+	}
+	cfg, err := Load([]string{"--log_level=error", "--events.max_tokens", "700"}, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(name string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("unexpected %s; got %v; want %v", name, got, want)
+		}
+	}
+	f("listen (file)", cfg.Listen, "127.0.0.1:9001")
+	f("data_dir (env over file)", cfg.DataDir, "/from/env")
+	f("http.max_body_bytes (env over file)", cfg.HTTP.MaxBodyBytes, int64(2000))
+	f("http.max_line_bytes (file)", cfg.HTTP.MaxLineBytes, int64(100))
+	f("log_level (flag over env)", cfg.LogLevel, "error")
+	f("events.max_tokens (flag over file)", cfg.Events.MaxTokens, int64(700))
+	f("events.max_past_s (default)", cfg.Events.MaxPastS, 600.0)
+	f("auth.token (file)", cfg.Auth.Token, "file-token")
+	f("engines", len(cfg.Engines), 1)
+	f("engine role", cfg.Engines[0].Engine().Role.String(), "decode")
+
+	// --config beats NARWHAL_CONFIG.
+	other := writeFile(t, "d.yaml", "listen: \"127.0.0.1:9002\"\nauth: {allow_unauthenticated: true}\n")
+	cfg, err = Load([]string{"--config", other}, envOf(map[string]string{"NARWHAL_CONFIG": file}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f("listen (--config file)", cfg.Listen, "127.0.0.1:9002")
+}
+
+func TestLoadErrors(t *testing.T) {
+	f := func(args []string, env map[string]string, yaml string, mentions ...string) {
+		t.Helper()
+		if yaml != "" {
+			args = append(args, "--config", writeFile(t, "c.yaml", yaml))
+		}
+		_, err := Load(args, envOf(env))
+		if !errors.Is(err, ErrConfig) {
+			t.Fatalf("Load(%v): unexpected error; got %v; want ErrConfig", args, err)
+		}
+		for _, m := range mentions {
+			if !strings.Contains(err.Error(), m) {
+				t.Fatalf("Load(%v): error %q does not mention %q", args, err, m)
+			}
+		}
+	}
+	tok := map[string]string{"NARWHAL_AUTH_TOKEN": "t"}
+	f([]string{"--http.max_body_bytes=-1"}, tok, "", "http.max_body_bytes must be > 0, got -1")
+	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN": "t", "NARWHAL_AGENTS_STALE_AFTER_S": "-2"}, "", "agents.stale_after_s must be > 0, got -2")
+	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN": "t", "NARWHAL_EVENTS_MAX_PAST_S": "NaN"}, "", "NARWHAL_EVENTS_MAX_PAST_S", "events.max_past_s must be a finite number")
+	f([]string{"--listen=nonsense"}, tok, "", `listen must be host:port, got "nonsense"`)
+	f(nil, nil, "listen: \":1\"\n", "auth.token must be set")
+	f(nil, tok, "listen: \":1\"\nlisen: \":2\"\n", "field lisen not found")
+	f(nil, tok, "http: {max_body_bytes: lots}\n", "cannot unmarshal")
+	f(nil, tok, "tls: {cert_file: a.pem}\n", "tls.cert_file and tls.key_file must be set together")
+	f(nil, tok, "engines: [{id: a, role: sideways}, {id: a, role: decode}]\n", `engines[0].role must be prefill or decode, got "sideways"`, `engines[1].id must be unique, got duplicate "a"`)
+	f(nil, tok, "core: {step_s: -1}\n", "core.step_s must be > 0, got -1")
+	f([]string{"--bogus=1"}, tok, "", "flag provided but not defined: -bogus")
+	f([]string{"--engines=x"}, tok, "", "flag provided but not defined")
+	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN_FILE": "/does/not/exist"}, "", "auth.token_file must be readable")
+	f(nil, tok, "listen: \":1\"\n---\nlisten: \":2\"\n", "more than one YAML document")
+}
+
+func TestTokenFile(t *testing.T) {
+	p := writeFile(t, "tok", "  abc123\n")
+	cfg, err := Load([]string{"--auth.token_file", p}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Auth.Token != "abc123" {
+		t.Fatalf("unexpected token; got %q; want %q", cfg.Auth.Token, "abc123")
+	}
+}
+
+func TestUsageListsEverySetting(t *testing.T) {
+	var b strings.Builder
+	Usage(&b)
+	for _, m := range []string{"--listen  (env NARWHAL_LISTEN)", "--http.max_line_bytes  (env NARWHAL_HTTP_MAX_LINE_BYTES) default 4096", "--core.step_s  (env NARWHAL_CORE_STEP_S)"} {
+		if !strings.Contains(b.String(), m) {
+			t.Fatalf("usage lacks %q:\n%s", m, b.String())
+		}
+	}
+}

@@ -1,0 +1,90 @@
+// Package service is narwhal-core's HTTP service: the core facade behind an
+// HTTP API for routers not written in Go, plus the agents' ingest endpoint.
+//
+// # Endpoints
+//
+//	POST /v1/events         NDJSON lifecycle events (bearer token)
+//	POST /v1/agent/reports  core/wire batches from narwhal-agent (bearer token; core/fleet)
+//	GET  /v1/roles          the role table
+//	GET  /v1/state          the facade's State(now)
+//	GET  /v1/decisions      the journal: ?since=<seq> (exclusive) &limit=1..1000 (default 100)
+//	GET  /metrics           Prometheus: the core's collectors, narwhal_fleet_*, narwhal_http_*, Go and process
+//	GET  /healthz           the process is up
+//	GET  /readyz            fresh agent data, or agents.required=false
+//
+// pprof is served only on admin_listen (off by default), never on the API
+// listener.
+//
+// # Event schema (POST /v1/events)
+//
+// The body is newline-delimited JSON: one flat object per line, blank lines
+// ignored. Every event has "type" and "ts_ns" (when it happened, Unix ns on
+// the router's clock). Per type (required, [optional]):
+//
+//	offer_started    ts_ns                                    -> OfferStarted(ts)
+//	offer_abandoned  ts_ns                                    -> OfferAbandoned(ts)
+//	sized            ts_ns est_input_tokens [arrival_ns=ts_ns requested_output_tokens=0]
+//	                                                          -> OfferSized(arrival, est, req_out)
+//	tokenized        ts_ns arrival_ns est_input_tokens input_tokens [requested_output_tokens=0]
+//	                                                          -> Tokenized(arrival, est, input, req_out)
+//	admitted         ts_ns engine input_tokens [requested_output_tokens=0]
+//	                                                          -> Admitted(ts, engine, input, req_out)
+//	refused          ts_ns                                    -> Refused(ts)
+//	first_token      ts_ns arrival_ns                         -> FirstToken(ts, arrival)
+//	completed        ts_ns arrival_ns first_token_ns output_tokens [requested_output_tokens=0]
+//	                                                          -> Completed(ts, arrival, first_token, req_out, output)
+//	failed, expired  ts_ns arrival_ns [first_token_ns=0]      -> Failed/Expired(ts, arrival, first_token)
+//
+// Example:
+//
+//	{"type":"sized","ts_ns":1764450000000000000,"est_input_tokens":812,"requested_output_tokens":256}
+//
+// A line is refused (and changes nothing) when it is not exactly one JSON
+// object; a field is unknown, duplicated, or not used by its type; a
+// required field is missing; an integer field holds anything but an integer
+// that fits int64 (floats, exponents, NaN, strings, null are refused); a
+// token count is negative or above events.max_tokens; ts_ns is not
+// positive, more than events.max_past_s before or events.max_future_s after
+// the server's clock; arrival_ns is after ts_ns or more than
+// events.max_request_s before it; first_token_ns is nonzero and outside
+// [arrival_ns, ts_ns], or zero on a completed event with output tokens;
+// engine is empty, longer than 253 bytes, or holds invalid UTF-8 or control
+// characters; the line is longer than http.max_line_bytes; or the core
+// refuses the call (an admitted event naming an engine the core does not
+// know gives ErrUnknownEngine).
+//
+// Lines are applied in order, one by one; a batch is not atomic. The reply
+// (JSON, IngestReply) counts accepted and refused lines, lists accepted
+// lines as ranges and each refused line with its reason (the first 1000).
+// Status: 200 when every line was accepted, 422 when at least one was
+// refused (the others were applied), 413 when the body exceeds
+// http.max_body_bytes (nothing applied), 401 for a missing or wrong
+// token (nothing applied), 405 for other methods.
+//
+// # Choices where the spec is silent
+//
+//   - Unknown fields are refused, not ignored: a misspelt field would
+//     otherwise silently drop data. The schema is versioned by the /v1 path.
+//   - Timestamps are checked against the server's clock only for ts_ns;
+//     arrival_ns and first_token_ns are checked against ts_ns, so a long
+//     request's completion is accepted while a replayed stale batch is not.
+//   - The token is compared as SHA-256 digests with
+//     crypto/subtle.ConstantTimeCompare, so neither content nor length
+//     leaks through timing. With no token configured, writes are refused
+//     at start-up unless auth.allow_unauthenticated is set.
+//   - Static engines (engines: in the config file) are registered only if
+//     the core does not know them yet, so a restored controller state wins.
+//
+// # Concurrency
+//
+// Server and Ingest are safe for concurrent use; requests run on net/http's
+// goroutines and call the core concurrently (the facade is concurrency
+// safe). Serve runs the control loop and the agent staleness sweep on their
+// own goroutines and stops them before closing the core.
+//
+// # Allocation
+//
+// Decoder.Decode allocates nothing for a valid line whose engine name it has
+// seen before (interned; tested with testing.AllocsPerRun). A batch costs a
+// pooled body buffer, the reply, and one error string per refused line.
+package service
