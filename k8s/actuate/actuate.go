@@ -1,0 +1,323 @@
+package actuate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/discover"
+	"github.com/narwhal-io/narwhal/k8s/podmeta"
+)
+
+var (
+	// ErrInvalidMove: the move names no engine, no target role, or does
+	// not change the role.
+	ErrInvalidMove = errors.New("actuate: invalid move")
+	// ErrUnknownEngine: no pod is known for the engine.
+	ErrUnknownEngine = errors.New("actuate: unknown engine")
+	// ErrBusy: a move of that engine is already in flight.
+	ErrBusy = errors.New("actuate: engine already moving")
+	// ErrRoleMismatch: the pod's role label is not the move's From role.
+	ErrRoleMismatch = errors.New("actuate: pod role differs from move source")
+	// ErrDrainTimeout: the engine still had resident work at DrainTimeout.
+	ErrDrainTimeout = errors.New("actuate: drain timed out")
+	// ErrSwitchEndpoint: the engine's role-switch endpoint refused.
+	ErrSwitchEndpoint = errors.New("actuate: role-switch endpoint failed")
+	// ErrClosed: the actuator was closed.
+	ErrClosed = errors.New("actuate: closed")
+	// ErrInvalidConfig is returned (wrapped) by New.
+	ErrInvalidConfig = errors.New("actuate: invalid config")
+)
+
+// Locator finds an engine's pod; *discover.Discoverer satisfies it.
+type Locator interface {
+	PodFor(engineID string) (discover.PodRef, bool)
+}
+
+// DrainCheck reports whether the engine holds no resident work.
+type DrainCheck func(ctx context.Context, engineID string) (bool, error)
+
+// DoneFunc receives the outcome of a move; (*core.Core).MoveDone fits.
+type DoneFunc func(engineID string, nowNs int64, err error)
+
+// ResidentDrained is a DrainCheck over an engine table such as
+// (*core.Core).Engines: drained when the engine has no queued or running
+// prefill and no resident decode sequences or KV tokens. An engine missing
+// from the table counts as drained (it has nothing left to finish).
+func ResidentDrained(engines func() []controller.Engine) DrainCheck {
+	return func(_ context.Context, id string) (bool, error) {
+		for _, e := range engines() {
+			if e.ID == id {
+				return e.Resident == (controller.Resident{}), nil
+			}
+		}
+		return true, nil
+	}
+}
+
+// Config sets the actuator's timing.
+type Config struct {
+	DrainTimeout         time.Duration `json:"drain_timeout" yaml:"drain_timeout"`
+	DrainPoll            time.Duration `json:"drain_poll" yaml:"drain_poll"`
+	SwitchTimeout        time.Duration `json:"switch_timeout" yaml:"switch_timeout"`
+	SwitchOnDrainTimeout bool          `json:"switch_on_drain_timeout" yaml:"switch_on_drain_timeout"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{DrainTimeout: 5 * time.Minute, DrainPoll: time.Second, SwitchTimeout: 10 * time.Second}
+}
+
+// Option configures an Actuator.
+type Option func(*Actuator)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(a *Actuator) { a.logger = l } }
+
+// WithHTTPClient sets the client used for role-switch endpoints.
+func WithHTTPClient(c *http.Client) Option { return func(a *Actuator) { a.http = c } }
+
+// WithClock sets the clock that stamps done's nowNs (Unix ns).
+func WithClock(now func() int64) Option { return func(a *Actuator) { a.now = now } }
+
+// Actuator implements controller.Actuator on pods.
+type Actuator struct {
+	client  kubernetes.Interface
+	cfg     Config
+	locate  Locator
+	drained DrainCheck
+	done    DoneFunc
+	logger  *slog.Logger
+	http    *http.Client
+	now     func() int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	moving map[string]bool
+	closed bool
+
+	moves *prometheus.CounterVec
+}
+
+var _ controller.Actuator = (*Actuator)(nil)
+
+// New returns an actuator. Every argument is required.
+func New(client kubernetes.Interface, cfg Config, locate Locator, drained DrainCheck, done DoneFunc, opts ...Option) (*Actuator, error) {
+	if client == nil || locate == nil || drained == nil || done == nil {
+		return nil, fmt.Errorf("%w: client, locator, drain check and done callback are required", ErrInvalidConfig)
+	}
+	if cfg.DrainTimeout <= 0 || cfg.DrainPoll <= 0 || cfg.SwitchTimeout <= 0 {
+		return nil, fmt.Errorf("%w: drain_timeout %v, drain_poll %v, switch_timeout %v must all be > 0",
+			ErrInvalidConfig, cfg.DrainTimeout, cfg.DrainPoll, cfg.SwitchTimeout)
+	}
+	a := &Actuator{
+		client: client, cfg: cfg, locate: locate, drained: drained, done: done,
+		logger: slog.Default(), http: http.DefaultClient,
+		now:    func() int64 { return time.Now().UnixNano() },
+		moving: map[string]bool{},
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	a.logger = a.logger.With("component", "actuate")
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.moves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "narwhal_k8s_moves_total",
+		Help: "Role moves carried out on pods, by result (done, failed).",
+	}, []string{"result"})
+	return a, nil
+}
+
+// Collectors returns the actuator's metrics.
+func (a *Actuator) Collectors() []prometheus.Collector { return []prometheus.Collector{a.moves} }
+
+// Start validates m and begins the move in the background.
+func (a *Actuator) Start(m controller.Move) error {
+	if m.EngineID == "" || m.To == controller.RoleNone || m.From == m.To {
+		return fmt.Errorf("%w: %+v", ErrInvalidMove, m)
+	}
+	ref, ok := a.locate.PodFor(m.EngineID)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownEngine, m.EngineID)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	if a.moving[m.EngineID] {
+		return fmt.Errorf("%w: %q", ErrBusy, m.EngineID)
+	}
+	a.moving[m.EngineID] = true
+	a.wg.Add(1)
+	go a.run(m, ref)
+	return nil
+}
+
+// InFlight reports how many moves are running.
+func (a *Actuator) InFlight() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.moving)
+}
+
+// Close cancels moves in flight and waits for them to report.
+func (a *Actuator) Close() error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.cancel()
+	a.wg.Wait()
+	return nil
+}
+
+func (a *Actuator) run(m controller.Move, ref discover.PodRef) {
+	defer a.wg.Done()
+	err := a.move(a.ctx, m, ref)
+	a.mu.Lock()
+	delete(a.moving, m.EngineID)
+	a.mu.Unlock()
+	log := a.logger.With("engine", m.EngineID, "pod", ref.Namespace+"/"+ref.Name,
+		"from", m.From.String(), "to", m.To.String(), "decision_seq", m.DecisionSeq)
+	if err != nil {
+		a.moves.WithLabelValues("failed").Inc()
+		log.Warn("move failed", "err", err)
+	} else {
+		a.moves.WithLabelValues("done").Inc()
+		log.Info("move done")
+	}
+	a.done(m.EngineID, a.now(), err)
+}
+
+// move performs the steps in the package doc.
+func (a *Actuator) move(ctx context.Context, m controller.Move, ref discover.PodRef) error {
+	pods := a.client.CoreV1().Pods(ref.Namespace)
+	pod, err := pods.Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return a.wrapCtx(fmt.Errorf("actuate: get pod %s/%s: %w", ref.Namespace, ref.Name, err))
+	}
+	if got := pod.Labels[podmeta.LabelRole]; got != m.From.String() {
+		return fmt.Errorf("%w: pod %s/%s has %s=%q, move is from %q",
+			ErrRoleMismatch, ref.Namespace, ref.Name, podmeta.LabelRole, got, m.From)
+	}
+	if err := a.patch(ctx, ref, nil, map[string]any{podmeta.AnnotationDraining: "true"}); err != nil {
+		return a.wrapCtx(fmt.Errorf("actuate: mark draining: %w", err))
+	}
+	fail := func(err error) error {
+		// Undo the drain mark even when ctx is cancelled: the engine
+		// keeps its role and must take work again.
+		uctx, cancel := context.WithTimeout(context.Background(), a.cfg.SwitchTimeout)
+		defer cancel()
+		if uerr := a.patch(uctx, ref, nil, map[string]any{podmeta.AnnotationDraining: nil}); uerr != nil {
+			a.logger.Error("could not clear draining annotation", "pod", ref.Namespace+"/"+ref.Name, "err", uerr)
+		}
+		return a.wrapCtx(err)
+	}
+	if err := a.waitDrained(ctx, m.EngineID); err != nil {
+		if !errors.Is(err, ErrDrainTimeout) || !a.cfg.SwitchOnDrainTimeout {
+			return fail(err)
+		}
+		a.logger.Warn("drain timed out; switching anyway", "engine", m.EngineID)
+	}
+	if url := pod.Annotations[podmeta.AnnotationRoleSwitchURL]; url != "" {
+		if err := a.callSwitch(ctx, url, m); err != nil {
+			return fail(err)
+		}
+	}
+	if err := a.patch(ctx, ref, map[string]any{podmeta.LabelRole: m.To.String()},
+		map[string]any{podmeta.AnnotationDraining: nil}); err != nil {
+		return fail(fmt.Errorf("actuate: patch role label: %w", err))
+	}
+	return nil
+}
+
+// wrapCtx reports a cancellation caused by Close as ErrClosed.
+func (a *Actuator) wrapCtx(err error) error {
+	if a.ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
+
+func (a *Actuator) waitDrained(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.DrainTimeout)
+	defer cancel()
+	tick := time.NewTicker(a.cfg.DrainPoll)
+	defer tick.Stop()
+	for {
+		ok, err := a.drained(ctx, id)
+		if err != nil {
+			a.logger.Warn("drain check failed; retrying", "engine", id, "err", err)
+		} else if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if a.ctx.Err() != nil {
+				return fmt.Errorf("actuate: drain of %q: %w", id, ErrClosed)
+			}
+			return fmt.Errorf("%w: engine %q after %v", ErrDrainTimeout, id, a.cfg.DrainTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *Actuator) callSwitch(ctx context.Context, url string, m controller.Move) error {
+	body, err := json.Marshal(struct {
+		Role string `json:"role"`
+		From string `json:"from"`
+	}{m.To.String(), m.From.String()})
+	if err != nil {
+		return fmt.Errorf("BUG: encode switch body: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.SwitchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrSwitchEndpoint, url, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrSwitchEndpoint, url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%w: %s: status %d", ErrSwitchEndpoint, url, resp.StatusCode)
+	}
+	return nil
+}
+
+// patch applies a JSON merge patch to the pod's labels and annotations; a
+// nil value removes the key.
+func (a *Actuator) patch(ctx context.Context, ref discover.PodRef, labels, annotations map[string]any) error {
+	meta := map[string]any{}
+	if labels != nil {
+		meta["labels"] = labels
+	}
+	if annotations != nil {
+		meta["annotations"] = annotations
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return fmt.Errorf("BUG: encode patch: %w", err)
+	}
+	_, err = a.client.CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
+}
