@@ -48,7 +48,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	f("controller.json", []byte(`{"roles":{"e1":"decode"}}`))
 	f("binary", []byte{0xff, 0x00, 0xfe})
 	f("controller.json", []byte(`{"roles":{"e1":"prefill"}}`)) // overwrite
-	f("binary", []byte("now text"))                           // moves from binary_data to data
+	f("binary", []byte("now text"))                            // moves from binary_data to data
 
 	cm, err := cs.CoreV1().ConfigMaps("narwhal").Get(ctx, "narwhal-core-state", metav1.GetOptions{})
 	if err != nil {
