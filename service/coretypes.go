@@ -1,6 +1,9 @@
 package service
 
-import "fmt"
+import (
+	"fmt"
+	"log/slog"
+)
 
 // The facade's introspection types, named once so that the Core interface
 // matches *core.Core exactly. The service only encodes them as JSON.
@@ -28,4 +31,10 @@ func (c coreConfig) Validate() error {
 		return fmt.Errorf("step_s must be > 0, got %v", c.StepS)
 	}
 	return nil
+}
+
+// NewCore builds the facade from cfg.Core with the data directory's journal
+// and state file. Placeholder until the facade lands.
+func NewCore(cfg Config, logger *slog.Logger) (Core, error) {
+	return nil, fmt.Errorf("service: the core facade is not built yet")
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"testing"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,3 +65,6 @@ func (f *fakeCore) Close() error {
 	f.closed = true
 	return nil
 }
+
+// metricsCore is the core whose collectors the promtool test lints.
+func metricsCore(t *testing.T) Core { return newFakeCore("e1") }

@@ -1,0 +1,42 @@
+package service
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Acceptance 5: `promtool check metrics` (Debian package prometheus)
+// passes on the /metrics output after events of every outcome were served.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not on PATH (install Debian's prometheus package, as .ci/run does); skipping the /metrics lint")
+	}
+	s := newTestServer(t, testConfig(), metricsCore(t))
+	exerciseForMetrics(t, s)
+	code, body := get(t, s.Handler(), "/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: got %d", code)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promtool check metrics failed: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(body, "narwhal_http_requests_total") {
+		t.Fatal("/metrics lacks narwhal_http_requests_total")
+	}
+}
+
+// exerciseForMetrics serves one accepted and one refused line so that
+// every metric family has samples.
+func exerciseForMetrics(t *testing.T, s *Server) {
+	t.Helper()
+	post(t, s.Handler(), "/v1/events", testToken, fmt.Sprintf("{\"type\":\"refused\",\"ts_ns\":%d}\nbad\n", testNow))
+	get(t, s.Handler(), "/v1/state")
+}
