@@ -1,0 +1,116 @@
+// Package buckets holds the core's time-bucketed evidence: demand history
+// (arrivals, residency, completed outputs), unsized offers, SLO attainment
+// and observed latency pressure, on an allocation-free, lock-free hot path
+// built on package ring.
+//
+// # Demand history
+//
+// A History is one kind's ring of buckets of BucketWidth (min of one
+// second, the controller step and the minimum evidence span). Each bucket
+// holds ExactCells (128) exact shape cells, one overflow cohort and one
+// unsized cell. The cells are an open-addressed table keyed by shape: a shape
+// probes ProbeWindow (16) cells from its home cell (ProbeStart) and takes
+// its own cell or the first free one, claimed by CAS; a shape that finds
+// neither within its window goes to the overflow cohort. So a bucket never
+// holds more than 128 exact shapes, and in practice fills most of them
+// before overflowing; once a shape overflows in a bucket, all its later
+// observations in that bucket overflow too (cells are never freed within a
+// bucket). The overflow cohort keeps every count and is priced by its
+// largest input and largest requested output (atomic maxima); an overflowed
+// observation with requested output 0 marks the cohort ZeroOutput, i.e.
+// decode demand incomplete (Window.DecodeIncomplete).
+//
+// Outputs history with overflow: Window(...).Overflow.Count > 0 over the
+// retained span tells the controller that learned output discounts must be
+// disabled; the overflow expires with its bucket, four demand windows later.
+//
+// Retention: arrivals and residency one demand window, outputs four (see
+// NewDemand). A History holds floor(retention/width)+1 buckets, so the
+// retained span (start of the oldest retained bucket to the start of the
+// newest) never exceeds the retention, while a window of the full retention
+// ending in the newest bucket, boundary bucket included, is still held.
+//
+// # Timestamps and refusals
+//
+// Record, RecordUnsized, Reprice and the attainment and pressure Record
+// return false and change nothing for: negative timestamps; token counts
+// below 0 or above MaxTokens (1<<24-1); a timestamp whose bucket is older
+// than the newest bucket minus the retention; a timestamp more than a day
+// (or one retention, if longer) ahead of the newest bucket, unless the
+// previous such refused record lies within one retention of it (see
+// ring.Ring.Admit: a single stray timestamp never wipes the history, an idle
+// gap followed by real traffic costs one record). A record that lands in a
+// newer bucket advances the newest bucket and expires, right there, every
+// bucket that fell out of retention: recording prunes with no controller
+// running. Prune drains whatever is left and returns what it expired;
+// Expired returns the running total (recording and lazy clears included).
+//
+// # Windows and evidence
+//
+// Window(from, to) covers every retained bucket that intersects
+// [from, to], both inclusive: the bucket holding from is included whole (a
+// cohort crossing the boundary counts whole, at most one extra bucket),
+// bucket k being [k*width, (k+1)*width) for writers and readers alike. It
+// appends each bucket's non-empty exact cells, oldest bucket first, to the
+// caller's buffer. Evidence(cutoff, to) is the conservative opposite: only
+// buckets starting at or after cutoff count, invalidated buckets are
+// skipped (and counted in SkippedInvalid), and buckets before the first
+// record ever are not evidence. SpanNs runs from the start of the oldest
+// counted bucket to the end of the newest (the bucket holding to, which may
+// still be filling).
+//
+// # Repricing and boundary evidence
+//
+// Reprice(arrival, from, to) moves one count from shape from to shape to
+// inside arrival's bucket (false if that bucket is gone or holds no from);
+// offers never repriced keep their estimate. Our reading of boundary
+// evidence (DESIGN.md): an exact cell is priced by its own shape and has no
+// boundary; the overflow cohort's boundary is the set of observations that
+// define its price, i.e. those at its maximum input, those at its maximum
+// requested output, and those with requested output 0. The maxima words
+// count how many observations sit at the maximum. When a repricing moves
+// the last observation at a maximum (or the last zero-output one) out of
+// the cohort, the bucket's boundary evidence becomes invalid: its maxima
+// stay where they were (conservative price, ZeroOutput stays set), Window
+// counts it in InvalidBuckets, and Evidence skips it until it expires.
+// Counting at the maximum saturates at 2^25-1 observations, after which the
+// boundary never invalidates (it cannot have moved entirely).
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use. Writers never block each other
+// or readers. Counts are striped per P (ring.Stripe) and summed on read.
+// A reader running alongside writers sees each counter at some instant:
+// it may miss an observation still in flight, see a repriced observation
+// missing (the count leaves its old cell before it reaches its new one;
+// never twice), see an overflow count whose maxima lag by in-flight
+// records, or miss a bucket that is being reused for a newer epoch. Once
+// writers stop, reads are exact, and every observation ever recorded is
+// either in a retained bucket or counted by Expired, exactly once.
+//
+// # Allocation
+//
+// Record, RecordUnsized, Reprice, Prune, Advance, Evidence, the
+// Demand offer calls, Attainment.Record/Window, Pressure.Record/Window and
+// Window into a buffer of enough capacity allocate nothing. Stats,
+// Snapshot and the collectors (scrape time) scan the ring.
+//
+// # Introspection
+//
+// Demand.Snapshot is demand_history: per kind retained cells (claimed exact
+// cells in retained buckets), cell limit (128 per retained bucket), counted
+// observations and overflow observations, plus unsized pending and
+// observations. NewCollector exports the same as narwhal_demand_history_*;
+// NewAttainmentCollector exports narwhal_attainment_*.
+//
+// # Attainment and pressure
+//
+// Attainment buckets are monitor_interval_s wide, per outcome (completed,
+// failed, expired, refused) counting TTFT-met, TPOT-met and total; the
+// caller retains four demand windows (NewAttainment's retention). CoveredS
+// is the age of the oldest retained bucket (the newer of the first record
+// and newest minus retention), capped at the retention. Pressure keeps per
+// bucket the count, sum and maximum of a latency/SLO ratio as fixed point
+// (resolution 2^-16, clamped at 1e4); NaN, infinities and negative ratios
+// are refused.
+package buckets

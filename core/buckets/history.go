@@ -1,0 +1,419 @@
+package buckets
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/narwhal-io/narwhal/core/ring"
+)
+
+// MaxTokens is the largest input or output length a shape may carry;
+// larger (or negative) lengths are refused.
+const MaxTokens = 1<<24 - 1
+
+// ProbeWindow is how many consecutive cells, from a shape's home cell, a
+// shape may occupy: a shape that finds neither its own cell nor a free one
+// within its window goes to the overflow cohort.
+const ProbeWindow = 16
+
+// ErrInvalidConfig is returned for a width, retention or interval the
+// structures cannot use.
+var ErrInvalidConfig = errors.New("buckets: invalid configuration")
+
+// Key words: tag (15 bits) | present (1 bit) | input (24 bits) | output (24 bits).
+const (
+	presentBit = uint64(1) << 48
+	shapeMask  = presentBit - 1
+)
+
+func shapeBits(s Shape) uint64 { return uint64(s.Input)<<24 | uint64(s.Output) }
+
+func keyOf(tag uint64, s Shape) uint64 { return tag<<ring.ValueBits | presentBit | shapeBits(s) }
+
+func keyShape(k uint64) Shape {
+	return Shape{Input: int64(k>>24) & MaxTokens, Output: int64(k) & MaxTokens}
+}
+
+// ProbeStart is a shape's home cell in the 128-cell table of a bucket. Cells
+// are probed from there, wrapping, for ProbeWindow cells. Exported so that
+// reference models can reproduce placement.
+func ProbeStart(s Shape) int {
+	h := shapeBits(s) * 0x9E3779B97F4A7C15
+	return int(h >> (64 - 7))
+}
+
+// Max words (overflow maxima): tag | max (24 bits) | observations at the max (25 bits).
+const (
+	atMaxBits = 25
+	atMaxMask = 1<<atMaxBits - 1
+)
+
+// Meta word: tag | zero-output seen (sticky) | invalid | zero-output count.
+const (
+	metaZeroSeen = uint64(1) << 47
+	metaInvalid  = uint64(1) << 46
+	metaCount    = metaInvalid - 1
+)
+
+type slotShared struct {
+	keys   [ExactCells]atomic.Uint64
+	maxIn  atomic.Uint64
+	maxOut atomic.Uint64
+	meta   atomic.Uint64
+	_      [5]uint64
+}
+
+// stripeBlock holds one stripe's counters of one slot; stripes of a slot are
+// separate blocks so that writers on different Ps touch different lines.
+type stripeBlock struct {
+	cells    [ExactCells]atomic.Uint64
+	overflow atomic.Uint64
+	unsized  atomic.Uint64
+	_        [14]uint64
+}
+
+// History is the demand history of one kind: a ring of buckets, each with
+// ExactCells exact shape cells, one overflow cohort and one unsized cell.
+// See the package documentation for the concurrency and allocation contract.
+type History struct {
+	r          ring.Ring
+	shared     []slotShared
+	stripes    []stripeBlock // slot*nStripes + stripe
+	stripeMask int
+	stripeLog  uint
+	expSized   atomic.Int64
+	expUnsized atomic.Int64
+}
+
+// NewHistory builds a history of buckets widthNs wide retained for
+// retentionNs (floor(retention/width)+1 buckets).
+func NewHistory(widthNs, retentionNs int64) (*History, error) {
+	h := &History{}
+	if err := h.r.Init(widthNs, retentionNs); err != nil {
+		return nil, fmt.Errorf("buckets: new history: %w: %w", ErrInvalidConfig, err)
+	}
+	n := ring.Stripes()
+	for 1<<h.stripeLog < n {
+		h.stripeLog++
+	}
+	h.stripeMask = n - 1
+	h.shared = make([]slotShared, h.r.Slots())
+	h.stripes = make([]stripeBlock, h.r.Slots()*n)
+	return h, nil
+}
+
+// WidthNs is the bucket width.
+func (h *History) WidthNs() int64 { return h.r.WidthNs() }
+
+// RetentionBuckets is how many buckets are retained (the newest included).
+func (h *History) RetentionBuckets() int64 { return h.r.Keep() + 1 }
+
+// NewestNs is the start of the newest recorded bucket (ok false when empty).
+func (h *History) NewestNs() (int64, bool) {
+	n := h.r.Newest()
+	return n * h.r.WidthNs(), n != ring.None
+}
+
+// Expired returns every observation expired since the history was built:
+// sized (exact and overflow) and unsized.
+func (h *History) Expired() (sized, unsized int64) {
+	return h.expSized.Load(), h.expUnsized.Load()
+}
+
+func validShape(s Shape) bool {
+	return s.Input >= 0 && s.Output >= 0 && s.Input <= MaxTokens && s.Output <= MaxTokens
+}
+
+func (h *History) block(slot, stripe int) *stripeBlock {
+	return &h.stripes[slot<<h.stripeLog+stripe]
+}
+
+// Record counts one sized observation at tsNs. It returns false, and
+// changes nothing, for a negative timestamp, a shape outside
+// [0, MaxTokens], a timestamp whose bucket has expired, or one too far
+// ahead (see the package documentation).
+func (h *History) Record(tsNs int64, s Shape) bool {
+	if tsNs < 0 || !validShape(s) {
+		return false
+	}
+	e := h.r.Epoch(tsNs)
+	if !h.r.Admit(e, h) || !h.r.Claim(e) {
+		return false
+	}
+	slot := h.r.Slot(e)
+	tag := ring.TagOf(e)
+	if !h.add(slot, tag, s) {
+		return false
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// add places one observation of s into the bucket at slot (tag), in its
+// exact cell or the overflow cohort. false: the slot was reused by a newer
+// epoch before anything was counted.
+func (h *History) add(slot int, tag uint64, s Shape) bool {
+	sh := &h.shared[slot]
+	b := h.block(slot, ring.Stripe(h.stripeMask))
+	if i, ok := h.cell(sh, tag, s, true); i >= 0 {
+		exp, ok := ring.Add(&b.cells[i], tag, 1)
+		if exp != 0 {
+			h.expSized.Add(int64(exp))
+		}
+		return ok
+	} else if !ok {
+		return false
+	}
+	exp, ok := ring.Add(&b.overflow, tag, 1)
+	if !ok {
+		return false
+	}
+	if exp != 0 {
+		h.expSized.Add(int64(exp))
+	}
+	raiseMax(&sh.maxIn, tag, uint64(s.Input))
+	raiseMax(&sh.maxOut, tag, uint64(s.Output))
+	if s.Output == 0 {
+		addMeta(&sh.meta, tag, 1, metaZeroSeen)
+	}
+	return true
+}
+
+// cell finds the exact cell of s in the bucket tagged tag, claiming a free
+// (empty or stale) one within the probe window when claim is set. It
+// returns -1 for overflow; ok false when a newer epoch owns the slot.
+func (h *History) cell(sh *slotShared, tag uint64, s Shape, claim bool) (int, bool) {
+	want := keyOf(tag, s)
+	home := ProbeStart(s)
+	for j := 0; j < ProbeWindow; j++ {
+		i := (home + j) & (ExactCells - 1)
+		k := &sh.keys[i]
+		for {
+			v := k.Load()
+			if v == want {
+				return i, true
+			}
+			free := v&presentBit == 0
+			if !free {
+				switch ring.Compare(ring.WordTag(v), tag) {
+				case ring.Same:
+					goto next // another shape of this bucket
+				case ring.Newer:
+					return -1, false
+				}
+				free = true // stale: an expired bucket's shape
+			}
+			if !claim {
+				goto next
+			}
+			if k.CompareAndSwap(v, want) {
+				return i, true
+			}
+			// lost a race for this cell: look at it again
+		}
+	next:
+	}
+	return -1, true
+}
+
+// raiseMax raises the overflow maximum word w to v, counting how many
+// observations sit at the maximum.
+func raiseMax(w *atomic.Uint64, tag, v uint64) {
+	for {
+		old := w.Load()
+		var nw uint64
+		switch ring.Rel(old, tag) {
+		case ring.Newer:
+			return
+		case ring.Older:
+			nw = ring.Pack(tag, v<<atMaxBits|1)
+		default:
+			val := ring.WordValue(old)
+			m, c := val>>atMaxBits, val&atMaxMask
+			switch {
+			case v < m:
+				return
+			case v > m:
+				nw = ring.Pack(tag, v<<atMaxBits|1)
+			case c == atMaxMask:
+				return // saturated: never counts down to zero again
+			default:
+				nw = old + 1
+			}
+		}
+		if w.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// lowerAtMax takes one observation at value v away from the maximum word w.
+// It returns true when that was the last observation defining the maximum.
+func lowerAtMax(w *atomic.Uint64, tag, v uint64) bool {
+	for {
+		old := w.Load()
+		if ring.WordTag(old) != tag {
+			return false
+		}
+		val := ring.WordValue(old)
+		m, c := val>>atMaxBits, val&atMaxMask
+		if m != v || c == 0 || c == atMaxMask {
+			return false
+		}
+		if w.CompareAndSwap(old, old-1) {
+			return c == 1
+		}
+	}
+}
+
+// addMeta adds delta (may be "negative" via subtraction by the caller) and
+// sets flags in the meta word.
+func addMeta(w *atomic.Uint64, tag, delta, flags uint64) {
+	for {
+		old := w.Load()
+		var nw uint64
+		switch ring.Rel(old, tag) {
+		case ring.Newer:
+			return
+		case ring.Older:
+			nw = ring.Pack(tag, flags|delta&metaCount)
+		default:
+			v := ring.WordValue(old)
+			nw = ring.Pack(tag, v&^metaCount|flags|(v+delta)&metaCount)
+		}
+		if nw == old || w.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// subZero takes one zero-output observation from the meta word; true when
+// it was the last one.
+func subZero(w *atomic.Uint64, tag uint64) bool {
+	for {
+		old := w.Load()
+		if ring.WordTag(old) != tag || old&metaCount == 0 {
+			return false
+		}
+		if w.CompareAndSwap(old, old-1) {
+			return old&metaCount == 1
+		}
+	}
+}
+
+// RecordUnsized counts one offer that terminated before it was sized, at
+// tsNs. Same refusals as Record.
+func (h *History) RecordUnsized(tsNs int64) bool {
+	if tsNs < 0 {
+		return false
+	}
+	e := h.r.Epoch(tsNs)
+	if !h.r.Admit(e, h) || !h.r.Claim(e) {
+		return false
+	}
+	slot := h.r.Slot(e)
+	b := h.block(slot, ring.Stripe(h.stripeMask))
+	exp, ok := ring.Add(&b.unsized, ring.TagOf(e), 1)
+	if !ok {
+		return false
+	}
+	if exp != 0 {
+		h.expUnsized.Add(int64(exp))
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// Reprice moves one observation recorded at arrivalNs from shape from to
+// shape to, within the same bucket. It returns false, changing nothing, when
+// the bucket is gone (expired or never recorded), a shape is invalid, or no
+// observation of from is counted there. Moving the last observation that
+// defined the overflow cohort's maximum input, maximum output, or its zero
+// requested output out of the cohort invalidates the bucket's boundary
+// evidence (the maxima stay, conservatively, until the bucket expires).
+func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
+	if arrivalNs < 0 || !validShape(from) || !validShape(to) {
+		return false
+	}
+	e := h.r.Epoch(arrivalNs)
+	if !h.r.Retained(e) || !h.r.Holds(e) {
+		return false
+	}
+	slot := h.r.Slot(e)
+	tag := ring.TagOf(e)
+	sh := &h.shared[slot]
+	own := ring.Stripe(h.stripeMask)
+	i, ok := h.cell(sh, tag, from, false)
+	if !ok {
+		return false
+	}
+	taken := false
+	for j := 0; j <= h.stripeMask && !taken; j++ {
+		b := h.block(slot, (own+j)&h.stripeMask)
+		if i >= 0 {
+			taken = ring.SubOne(&b.cells[i], tag)
+		} else {
+			taken = ring.SubOne(&b.overflow, tag)
+		}
+	}
+	if !taken {
+		return false
+	}
+	if i < 0 {
+		invalid := lowerAtMax(&sh.maxIn, tag, uint64(from.Input))
+		if lowerAtMax(&sh.maxOut, tag, uint64(from.Output)) {
+			invalid = true
+		}
+		if from.Output == 0 && subZero(&sh.meta, tag) {
+			invalid = true
+		}
+		if invalid {
+			addMeta(&sh.meta, tag, 0, metaInvalid)
+		}
+	}
+	if !h.add(slot, tag, to) {
+		// the bucket was reused while we moved the observation: it
+		// left with its bucket
+		h.expSized.Add(1)
+		return false
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// ExpireSlot implements ring.Expirer: it drains every word of slot that
+// belongs to epoch through or older and accounts what it held as expired.
+func (h *History) ExpireSlot(slot int, through int64) int64 {
+	tag := ring.TagOf(through)
+	sh := &h.shared[slot]
+	for i := range sh.keys {
+		ring.Drain(&sh.keys[i], tag)
+	}
+	ring.Drain(&sh.maxIn, tag)
+	ring.Drain(&sh.maxOut, tag)
+	ring.Drain(&sh.meta, tag)
+	var sized, unsized uint64
+	for st := 0; st <= h.stripeMask; st++ {
+		b := h.block(slot, st)
+		for i := range b.cells {
+			sized += ring.Drain(&b.cells[i], tag)
+		}
+		sized += ring.Drain(&b.overflow, tag)
+		unsized += ring.Drain(&b.unsized, tag)
+	}
+	h.expSized.Add(int64(sized))
+	h.expUnsized.Add(int64(unsized))
+	return int64(sized + unsized)
+}
+
+// Prune expires every bucket older than the newest recorded bucket minus
+// the retention and returns the observations (sized and unsized) this call
+// expired. Recording prunes on its own as the newest bucket advances, so
+// Prune mostly finds nothing to do.
+func (h *History) Prune() int64 { return h.r.Prune(h) }
+
+// Advance moves the history's newest bucket to a trusted clock reading
+// (never backwards; no far-ahead bound), expiring what falls out, and
+// returns the observations expired.
+func (h *History) Advance(nowNs int64) int64 { return h.r.Advance(nowNs, h) }

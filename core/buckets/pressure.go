@@ -1,0 +1,157 @@
+package buckets
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/narwhal-io/narwhal/core/ring"
+)
+
+// PressureWindow summarizes a latency/SLO ratio over a window.
+type PressureWindow struct {
+	FromNs  int64   `json:"from_ns"`
+	ToNs    int64   `json:"to_ns"`
+	Buckets int     `json:"buckets"`
+	Count   int64   `json:"count"`
+	Mean    float64 `json:"mean"`
+	Max     float64 `json:"max"`
+}
+
+// Ratios are kept as fixed point with PressureResolution steps, and clamped
+// at MaxPressureRatio, so that sum and max are tagged words like every other
+// counter (exact under concurrency, no float CAS loops).
+const (
+	pressureScale = 1 << 16
+	// PressureResolution is the smallest ratio step kept.
+	PressureResolution = 1.0 / pressureScale
+	// MaxPressureRatio is the largest ratio kept; larger ones are clamped.
+	MaxPressureRatio = 1e4
+)
+
+type pressureBlock struct {
+	count atomic.Uint64
+	sum   atomic.Uint64
+	max   atomic.Uint64
+	_     [13]uint64
+}
+
+// Pressure accumulates observed latency pressure: per bucket the count, sum
+// and maximum of a latency/SLO ratio (e.g. observed TTFT / TTFT SLO).
+type Pressure struct {
+	r          ring.Ring
+	blocks     []pressureBlock
+	stripeMask int
+	stripeLog  uint
+}
+
+// NewPressure builds pressure buckets widthNs wide retained for retentionNs.
+func NewPressure(widthNs, retentionNs int64) (*Pressure, error) {
+	p := &Pressure{}
+	if err := p.r.Init(widthNs, retentionNs); err != nil {
+		return nil, fmt.Errorf("buckets: new pressure: %w: %w", ErrInvalidConfig, err)
+	}
+	n := ring.Stripes()
+	for 1<<p.stripeLog < n {
+		p.stripeLog++
+	}
+	p.stripeMask = n - 1
+	p.blocks = make([]pressureBlock, p.r.Slots()*n)
+	return p, nil
+}
+
+func (p *Pressure) block(slot, stripe int) *pressureBlock {
+	return &p.blocks[slot<<p.stripeLog+stripe]
+}
+
+// Record adds one ratio observed at tsNs. NaN, infinities and negative
+// ratios are refused (false, nothing changes), as are timestamps whose
+// bucket expired or lies too far ahead; ratios above MaxPressureRatio are
+// clamped.
+func (p *Pressure) Record(tsNs int64, ratio float64) bool {
+	if tsNs < 0 || math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0 {
+		return false
+	}
+	ratio = min(ratio, MaxPressureRatio)
+	fixed := uint64(math.Round(ratio * pressureScale))
+	e := p.r.Epoch(tsNs)
+	if !p.r.Admit(e, p) || !p.r.Claim(e) {
+		return false
+	}
+	tag := ring.TagOf(e)
+	b := p.block(p.r.Slot(e), ring.Stripe(p.stripeMask))
+	if _, ok := ring.Add(&b.count, tag, 1); !ok {
+		return false
+	}
+	ring.Add(&b.sum, tag, fixed)
+	for {
+		old := b.max.Load()
+		var nw uint64
+		switch ring.Rel(old, tag) {
+		case ring.Newer:
+			nw = old
+		case ring.Older:
+			nw = ring.Pack(tag, fixed)
+		default:
+			if ring.WordValue(old) >= fixed {
+				nw = old
+			} else {
+				nw = ring.Pack(tag, fixed)
+			}
+		}
+		if nw == old || b.max.CompareAndSwap(old, nw) {
+			break
+		}
+	}
+	p.r.AfterWrite(e, p)
+	return true
+}
+
+// ExpireSlot implements ring.Expirer.
+func (p *Pressure) ExpireSlot(slot int, through int64) int64 {
+	tag := ring.TagOf(through)
+	var n uint64
+	for st := 0; st <= p.stripeMask; st++ {
+		b := p.block(slot, st)
+		n += ring.Drain(&b.count, tag)
+		ring.Drain(&b.sum, tag)
+		ring.Drain(&b.max, tag)
+	}
+	return int64(n)
+}
+
+// Prune expires buckets older than the newest minus the retention.
+func (p *Pressure) Prune() int64 { return p.r.Prune(p) }
+
+// Advance moves the newest bucket to a trusted clock reading.
+func (p *Pressure) Advance(nowNs int64) int64 { return p.r.Advance(nowNs, p) }
+
+// Window summarizes every retained bucket that intersects [fromNs, toNs]
+// (both inclusive; the boundary bucket whole).
+func (p *Pressure) Window(fromNs, toNs int64) PressureWindow {
+	from, to, ok := p.r.Range(fromNs, toNs)
+	if !ok {
+		return PressureWindow{FromNs: fromNs, ToNs: toNs}
+	}
+	w := p.r.WidthNs()
+	win := PressureWindow{FromNs: from * w, ToNs: (to + 1) * w, Buckets: int(to - from + 1)}
+	var sum, mx uint64
+	for e := from; e <= to; e++ {
+		if !p.r.Holds(e) {
+			continue
+		}
+		tag := ring.TagOf(e)
+		slot := p.r.Slot(e)
+		for st := 0; st <= p.stripeMask; st++ {
+			b := p.block(slot, st)
+			win.Count += int64(ring.Value(&b.count, tag))
+			sum += ring.Value(&b.sum, tag)
+			mx = max(mx, ring.Value(&b.max, tag))
+		}
+	}
+	if win.Count > 0 {
+		win.Mean = float64(sum) / pressureScale / float64(win.Count)
+		win.Max = float64(mx) / pressureScale
+	}
+	return win
+}

@@ -1,0 +1,47 @@
+// Package ring is the time-bucket ring under every bucketed structure of the
+// core (demand history, SLO attainment, observed pressure).
+//
+// A ring is a fixed, power-of-two array of slots. Bucket k covers
+// [k*width, (k+1)*width) nanoseconds for writers and readers alike (widths
+// are nanoseconds; sub-second widths work; nothing indexes by whole
+// seconds). Bucket k lives in slot k mod slots. The ring holds
+// floor(retention/width)+1 buckets: a bucket expires once its start lies
+// more than the retention before the start of the newest recorded bucket.
+// Pruning therefore advances from the newest recorded bucket, never from a
+// clock; no function here reads the clock.
+//
+// Every value in a slot (counter, shape key, maximum) is one 64-bit word
+// tagged with the low TagBits bits of its epoch. A writer adds with a single
+// compare-and-swap that also checks the tag: a word of an older epoch is
+// stale and is replaced (the lazy clear on write, and the writer accounts
+// for the value it replaced as expired); a word of a newer epoch means the
+// writer is a straggler whose bucket was reused, and it writes nothing.
+// Readers skip words whose tag is not the epoch they read. Each slot also
+// records the newest epoch claimed in it, so readers skip unused slots
+// without reading their words.
+//
+// Expiry is exact. The record that advances the newest epoch drains (zeroes
+// and accounts) the slots that fell out of retention; Prune drains anything
+// left; a writer whose bucket expired while its write was in flight drains
+// its slot again after writing. Since every change is a CAS on a tagged
+// word, each observation is either in a retained bucket or has been
+// accounted as expired exactly once: recorded = retained + expired. Tags
+// are compared modulo 1<<TagBits, which is exact because a ring has at most
+// MaxSlots (1<<13) slots and every expired slot is drained when it leaves
+// retention, so no live word is ever half the tag space old.
+//
+// Far-future timestamps: see Ring.Admit. One stray timestamp more than a
+// day (or one retention, if longer) ahead is refused and cannot wipe the
+// history; two such records within one retention of each other move the
+// ring (an idle gap followed by real traffic). Callers with a trusted clock
+// may call Advance.
+//
+// Stripes: Stripe returns the id of the P the caller runs on (the runtime's
+// own procPin, read as a hint and released at once), so structures keep one
+// block of counters per P (at most MaxStripes) on separate cache lines and
+// sum the stripes on read. Reads are exact once writers stop; while they
+// run, a reader sees each word at some instant, not one instant for all.
+//
+// Allocation: nothing here allocates after Init; Admit, Claim, Add, SubOne,
+// Drain, Prune and Range are allocation-free and lock-free.
+package ring

@@ -1,0 +1,349 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+)
+
+// None marks "no epoch yet".
+const None = math.MinInt64
+
+// MaxSlots bounds the number of slots of a ring so that tags (TagBits wide)
+// never alias: see Compare.
+const MaxSlots = 1 << 13
+
+// DefaultMaxAheadNs is the default bound on how far past the newest bucket a
+// single record may move the ring: see Ring.Admit.
+const DefaultMaxAheadNs = int64(24 * 3600 * 1e9)
+
+// ErrInvalidGeometry is returned for a width or retention the ring cannot
+// hold.
+var ErrInvalidGeometry = errors.New("ring: invalid geometry")
+
+// Expirer drains the words of one slot that belong to the epoch through or
+// older; it returns the number of observations it drained. The structure
+// built on a ring implements it; the ring decides when to call it.
+type Expirer interface {
+	ExpireSlot(slot int, through int64) int64
+}
+
+type slotState struct {
+	epoch   atomic.Int64 // newest epoch ever claimed in the slot (None: never)
+	drained atomic.Int64 // every word of epoch <= drained has been drained
+}
+
+// Ring is the time geometry shared by every bucketed structure: bucket width,
+// retention, the slot of an epoch, the newest recorded epoch, and the
+// expiring of slots that fall out of retention. The per-slot data itself
+// lives in the structure that embeds the ring, as tagged words (see Add).
+type Ring struct {
+	widthNs    int64
+	retention  int64
+	keep       int64 // buckets older than newest-keep have expired
+	mask       int64
+	maxAhead   int64 // in epochs
+	newest     atomic.Int64
+	_          Pad
+	first      atomic.Int64
+	farEpoch   atomic.Int64 // the last refused far-future epoch (None: none)
+	jumps      atomic.Int64
+	refusedOld atomic.Int64
+	refusedFar atomic.Int64
+	_          Pad
+	slots      []slotState
+}
+
+// Init sets the ring up for buckets of widthNs nanoseconds retained for
+// retentionNs: a bucket expires once its start lies more than retentionNs
+// before the start of the newest recorded bucket, so the ring holds
+// floor(retentionNs/widthNs)+1 buckets.
+func (r *Ring) Init(widthNs, retentionNs int64) error {
+	if widthNs <= 0 || retentionNs < widthNs {
+		return fmt.Errorf("%w: width %d ns, retention %d ns (want width > 0 and retention >= width)", ErrInvalidGeometry, widthNs, retentionNs)
+	}
+	keep := retentionNs / widthNs
+	if keep+1 > MaxSlots {
+		return fmt.Errorf("%w: retention %d ns / width %d ns needs %d buckets, at most %d", ErrInvalidGeometry, retentionNs, widthNs, keep+1, MaxSlots)
+	}
+	n := int64(1)
+	for n < keep+1 {
+		n <<= 1
+	}
+	r.widthNs = widthNs
+	r.retention = retentionNs
+	r.keep = keep
+	r.mask = n - 1
+	r.maxAhead = DefaultMaxAheadNs / widthNs
+	if r.maxAhead < keep {
+		r.maxAhead = keep
+	}
+	r.newest.Store(None)
+	r.first.Store(None)
+	r.farEpoch.Store(None)
+	r.slots = make([]slotState, n)
+	for i := range r.slots {
+		r.slots[i].epoch.Store(None)
+		r.slots[i].drained.Store(None)
+	}
+	return nil
+}
+
+// WidthNs is the bucket width.
+func (r *Ring) WidthNs() int64 { return r.widthNs }
+
+// RetentionNs is the configured retention.
+func (r *Ring) RetentionNs() int64 { return r.retention }
+
+// Keep is the number of buckets kept before the newest one.
+func (r *Ring) Keep() int64 { return r.keep }
+
+// Slots is the number of slots.
+func (r *Ring) Slots() int { return len(r.slots) }
+
+// Epoch is the bucket that holds tsNs (tsNs >= 0): bucket k covers
+// [k*width, (k+1)*width), for writers and readers alike.
+func (r *Ring) Epoch(tsNs int64) int64 { return tsNs / r.widthNs }
+
+// Slot is the slot of an epoch.
+func (r *Ring) Slot(epoch int64) int { return int(epoch & r.mask) }
+
+// Newest is the newest recorded epoch, None before the first record.
+func (r *Ring) Newest() int64 { return r.newest.Load() }
+
+// First is the first epoch ever recorded, None before the first record.
+func (r *Ring) First() int64 { return r.first.Load() }
+
+// Oldest is the oldest retained epoch (None when empty): the newer of the
+// first recorded epoch and newest-keep.
+func (r *Ring) Oldest() int64 {
+	n := r.newest.Load()
+	if n == None {
+		return None
+	}
+	o := n - r.keep
+	if f := r.first.Load(); f > o {
+		o = f
+	}
+	return o
+}
+
+// Retained reports whether epoch is within retention of the newest epoch.
+func (r *Ring) Retained(epoch int64) bool {
+	n := r.newest.Load()
+	return n != None && epoch <= n && epoch >= n-r.keep
+}
+
+// Counters of refused records, for introspection.
+func (r *Ring) Jumps() int64      { return r.jumps.Load() }
+func (r *Ring) RefusedOld() int64 { return r.refusedOld.Load() }
+func (r *Ring) RefusedFar() int64 { return r.refusedFar.Load() }
+
+// Admit decides whether a record for epoch may be written, advancing the
+// newest epoch (and expiring, through x, every slot that falls out of
+// retention) when epoch is newer. The rule:
+//
+//   - the first record ever is admitted whatever its epoch;
+//   - an epoch older than newest-keep is refused (its bucket has expired);
+//   - an epoch up to maxAhead buckets (one day or one retention, whichever
+//     is longer) past the newest becomes the newest;
+//   - an epoch further ahead is refused, unless the previous refused
+//     far-ahead record lies within one retention of it: two consistent
+//     witnesses move the ring (an idle gap followed by traffic), one stray
+//     timestamp never wipes the history.
+func (r *Ring) Admit(epoch int64, x Expirer) bool {
+	for {
+		n := r.newest.Load()
+		if n == None {
+			if r.newest.CompareAndSwap(None, epoch) {
+				r.first.CompareAndSwap(None, epoch)
+				return true
+			}
+			continue
+		}
+		if epoch <= n {
+			if epoch < n-r.keep {
+				r.refusedOld.Add(1)
+				return false
+			}
+			return true
+		}
+		if epoch-n > r.maxAhead {
+			f := r.farEpoch.Load()
+			if f == None || epoch-f > r.keep || f-epoch > r.keep {
+				r.farEpoch.Store(epoch)
+				r.refusedFar.Add(1)
+				return false
+			}
+		}
+		if r.advanceFrom(n, epoch, x) {
+			return true
+		}
+	}
+}
+
+// Advance moves the newest epoch to the bucket of a trusted clock reading
+// (the caller's own clock, e.g. the controller step), expiring what falls
+// out of retention. It never moves backwards and has no far-ahead bound. It
+// returns the observations expired.
+func (r *Ring) Advance(nowNs int64, x Expirer) int64 {
+	if nowNs < 0 {
+		return 0
+	}
+	epoch := r.Epoch(nowNs)
+	for {
+		n := r.newest.Load()
+		if n != None && epoch <= n {
+			return 0
+		}
+		if n == None {
+			if r.newest.CompareAndSwap(None, epoch) {
+				r.first.CompareAndSwap(None, epoch)
+				return 0
+			}
+			continue
+		}
+		var got int64
+		if r.advanceCount(n, epoch, x, &got) {
+			return got
+		}
+	}
+}
+
+func (r *Ring) advanceFrom(n, epoch int64, x Expirer) bool {
+	var got int64
+	return r.advanceCount(n, epoch, x, &got)
+}
+
+// advanceCount moves newest from n to epoch (CAS) and expires the epochs
+// that fall out: those in (n-keep-1, epoch-keep-1], at most one per slot.
+// Concurrent advances expire disjoint ranges.
+func (r *Ring) advanceCount(n, epoch int64, x Expirer, got *int64) bool {
+	if !r.newest.CompareAndSwap(n, epoch) {
+		return false
+	}
+	if epoch-n > r.keep {
+		r.jumps.Add(1)
+	}
+	r.farEpoch.Store(None)
+	hi := epoch - r.keep - 1
+	lo := n - r.keep
+	if lim := hi - r.mask; lo < lim {
+		lo = lim
+	}
+	if lo < 0 {
+		lo = 0
+	}
+	for e := lo; e <= hi; e++ {
+		*got += r.expire(r.Slot(e), e, x)
+	}
+	return true
+}
+
+// Claim marks the slot of epoch as holding it. It returns false when the
+// slot already holds a newer epoch: the caller is a straggler whose bucket
+// has just been reused, and must not write.
+func (r *Ring) Claim(epoch int64) bool {
+	st := &r.slots[epoch&r.mask]
+	for {
+		se := st.epoch.Load()
+		if se == epoch {
+			return true
+		}
+		if se > epoch {
+			return false
+		}
+		if st.epoch.CompareAndSwap(se, epoch) {
+			return true
+		}
+	}
+}
+
+// Holds reports whether the slot of epoch was claimed for epoch (readers use
+// it to skip slots quickly; the words' tags remain the authority).
+func (r *Ring) Holds(epoch int64) bool {
+	return r.slots[epoch&r.mask].epoch.Load() == epoch
+}
+
+// AfterWrite must be called after a write for epoch: if the epoch expired
+// while the write was in flight (a concurrent record advanced the ring), the
+// writer drains the slot itself, so that its count is accounted as expired
+// exactly once (the drainer that ran before the write could not see it).
+func (r *Ring) AfterWrite(epoch int64, x Expirer) {
+	n := r.newest.Load()
+	if epoch < n-r.keep {
+		x.ExpireSlot(r.Slot(epoch), epoch)
+	}
+}
+
+// expire drains slot s through epoch through, unless nothing was written
+// there since its last drain.
+func (r *Ring) expire(s int, through int64, x Expirer) int64 {
+	st := &r.slots[s]
+	d := st.drained.Load()
+	if d >= through {
+		return 0
+	}
+	se := st.epoch.Load()
+	var got int64
+	if se != None && se > d {
+		got = x.ExpireSlot(s, through)
+	}
+	for {
+		d = st.drained.Load()
+		if d >= through || st.drained.CompareAndSwap(d, through) {
+			break
+		}
+	}
+	return got
+}
+
+// Prune expires every slot that holds an epoch older than newest-keep and
+// returns the observations expired by this call.
+func (r *Ring) Prune(x Expirer) int64 {
+	n := r.newest.Load()
+	if n == None {
+		return 0
+	}
+	top := n - r.keep - 1 // newest expired epoch
+	if top < 0 {
+		return 0
+	}
+	var got int64
+	size := r.mask + 1
+	for s := int64(0); s < size; s++ {
+		// the newest expired epoch that maps to slot s
+		e := top - ((top - s) & r.mask)
+		if e < 0 {
+			continue
+		}
+		got += r.expire(int(s), e, x)
+	}
+	return got
+}
+
+// Range clamps the query [fromNs, toNs] (both inclusive) to retained
+// epochs: every bucket that intersects the query, so the bucket containing
+// fromNs is included whole. ok is false when nothing retained intersects.
+func (r *Ring) Range(fromNs, toNs int64) (from, to int64, ok bool) {
+	if toNs < fromNs || toNs < 0 {
+		return 0, 0, false
+	}
+	if fromNs < 0 {
+		fromNs = 0
+	}
+	o := r.Oldest()
+	if o == None {
+		return 0, 0, false
+	}
+	n := r.newest.Load()
+	from, to = r.Epoch(fromNs), r.Epoch(toNs)
+	if from < o {
+		from = o
+	}
+	if to > n {
+		to = n
+	}
+	return from, to, from <= to
+}

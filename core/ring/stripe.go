@@ -1,0 +1,45 @@
+package ring
+
+import (
+	"runtime"
+	_ "unsafe" // for go:linkname
+)
+
+// procPin and procUnpin are the runtime's own per-P pinning, exported to
+// packages by name (see the comment at runtime.procPin and go.dev/issue/67401:
+// "Do not remove or change the type signature"). We only read the P's id as
+// a hint and unpin at once: correctness never depends on it, since every
+// counter is updated with atomic operations.
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
+
+// MaxStripes caps the number of stripes of a striped counter.
+const MaxStripes = 8
+
+// Stripes is the number of stripes worth using now: GOMAXPROCS rounded up to
+// a power of two, at most MaxStripes.
+func Stripes() int {
+	p := runtime.GOMAXPROCS(0)
+	s := 1
+	for s < p && s < MaxStripes {
+		s <<= 1
+	}
+	return s
+}
+
+// Stripe returns the stripe index (0..mask) for the calling goroutine: the
+// id of the P it runs on, so that goroutines running at the same time on
+// different Ps update different cache lines.
+func Stripe(mask int) int {
+	id := procPin()
+	procUnpin()
+	return id & mask
+}
+
+// Pad fills the rest of a cache line (two lines, against adjacent-line
+// prefetch) after a hot word.
+type Pad [120]byte
