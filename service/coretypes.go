@@ -2,20 +2,16 @@ package service
 
 import (
 	"fmt"
+	"github.com/narwhal-io/narwhal/core/controller"
 	"log/slog"
 )
 
 // The facade's introspection types, named once so that the Core interface
 // matches *core.Core exactly. The service only encodes them as JSON.
 
-// roleTable is placeholder until controller.RoleTable lands.
-type roleTable struct {
-	Version uint64   `json:"version"`
-	Prefill []string `json:"prefill"`
-	Decode  []string `json:"decode"`
-}
+type roleTable = controller.RoleTable
 
-type decision = map[string]any
+type decision = controller.Decision
 
 type coreState = map[string]any
 

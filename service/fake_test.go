@@ -2,8 +2,9 @@ package service
 
 import (
 	"context"
-	"testing"
+	"fmt"
 	"sync"
+	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -49,14 +50,14 @@ func (f *fakeCore) Step(nowNs int64) decision {
 	defer f.mu.Unlock()
 	f.steps++
 	f.gauge.Set(float64(f.steps))
-	return decision{"seq": f.steps, "at_ns": nowNs}
+	return decision{Seq: uint64(f.steps), AtNs: nowNs}
 }
 func (f *fakeCore) Run(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 func (f *fakeCore) State(nowNs int64) coreState {
 	return coreState{"calls": f.Len(), "pending": f.Pending()}
 }
 func (f *fakeCore) Decisions(since uint64, limit int) []decision {
-	return []decision{{"seq": since + 1, "limit": limit}}
+	return []decision{{Seq: since + 1, Reason: fmt.Sprintf("limit=%d", limit)}}
 }
 func (f *fakeCore) Collectors() []prometheus.Collector { return []prometheus.Collector{f.gauge} }
 func (f *fakeCore) Close() error {

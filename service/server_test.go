@@ -202,9 +202,11 @@ func TestDecisionsParams(t *testing.T) {
 			t.Fatalf("GET /v1/decisions%s: got %d %s; want %d mentioning %q", q, code, body, wantCode, mention)
 		}
 	}
-	f("", 200, `{"decisions":[{"limit":100,"seq":1}]}`)
-	f("?since=41&limit=7", 200, `{"decisions":[{"limit":7,"seq":42}]}`)
-	f("?limit=1000", 200, `"limit":1000`)
+	f("", 200, `{"decisions":[{"seq":1,`)
+	f("", 200, `"reason":"limit=100"`)
+	f("?since=41&limit=7", 200, `{"decisions":[{"seq":42,`)
+	f("?since=41&limit=7", 200, `"reason":"limit=7"`)
+	f("?limit=1000", 200, `"reason":"limit=1000"`)
 	f("?limit=0", 400, `limit must be an integer in [1, 1000], got \"0\"`)
 	f("?limit=1001", 400, "limit must be")
 	f("?limit=x", 400, "limit must be")
