@@ -123,7 +123,9 @@ func New(client kubernetes.Interface, cfg Config, logger *slog.Logger) (*Elector
 func (e *Elector) IsLeader() bool { return e.leading.Load() }
 
 // Leader returns the identity of the last leader this replica observed
-// ("" before it observed any).
+// ("" before it observed any). It is informational (logs, /v1/state):
+// client-go reports other leaders asynchronously, so it can lag; decide
+// with IsLeader.
 func (e *Elector) Leader() string { return *e.leader.Load() }
 
 // Identity returns this candidate's identity.
@@ -189,6 +191,8 @@ func (e *Elector) runTerm(ctx context.Context, onStarted func(context.Context), 
 				}
 				running = true
 				e.leading.Store(true)
+				id := e.cfg.Identity // OnNewLeader is reported asynchronously
+				e.leader.Store(&id)
 				mu.Unlock()
 				defer close(done)
 				e.termsStarted.Inc()
