@@ -528,22 +528,21 @@ func (c *Controller) decide(nowNs int64) Decision {
 	gate(GateCooldown, c.lastMoveNs == 0 || nowNs-c.lastMoveNs >= cooldownNs, sinceMove, c.cfg.CooldownS, "seconds since the last move")
 	// Candidate: cheapest mover passing dwell, then coverage.
 	dwellNs := int64(c.cfg.DwellS * 1e9)
-	cand, dwellAny := -1, false
+	cand, dwellAny, coveredAny := -1, false, false
 	for _, i := range movers {
 		e := &s.Engines[i]
-		if e.LastMoveNs != 0 && nowNs-e.LastMoveNs < dwellNs {
-			continue
-		}
-		dwellAny = true
 		p := &s.Profiles[e.Profile]
 		covered := e.HasProfile && ((to == RolePrefill && p.CoversPrefill(s.Long.MaxInput)) || (to == RoleDecode && p.CoversDecode(s.Long.MaxCtxPerSeq)))
-		if covered {
+		coveredAny = coveredAny || covered
+		dwelt := e.LastMoveNs == 0 || nowNs-e.LastMoveNs >= dwellNs
+		dwellAny = dwellAny || dwelt
+		if covered && dwelt && cand < 0 {
 			cand = int(i)
-			break
 		}
 	}
 	gate(GateDwell, dwellAny, 0, c.cfg.DwellS, "a "+from.String()+" engine past its dwell")
-	gate(GateProfileCoverage, cand >= 0, 0, 0, "a profile covering "+to.String()+" and the observed shapes")
+	// Coverage is judged on its own when dwell already blocks.
+	gate(GateProfileCoverage, cand >= 0 || (!dwellAny && coveredAny), 0, 0, "a profile covering "+to.String()+" and the observed shapes")
 	gate(GateConfirmation, c.confirmCount >= c.cfg.ConfirmSteps, float64(c.confirmCount), float64(c.cfg.ConfirmSteps), "consecutive steps choosing this move")
 	d.Gates = gates
 	for _, g := range gates {

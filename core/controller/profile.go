@@ -101,7 +101,7 @@ func (p *Profile) CoversDecode(maxCtxPerSeq int64) bool {
 }
 
 // FitPrefill fits prefill seconds = A + B·L + C·L² to the points by least
-// squares. It needs at least three distinct input lengths.
+// squares on relative error. It needs at least three distinct input lengths.
 func FitPrefill(pts []PrefillPoint) (PrefillFit, error) {
 	var f PrefillFit
 	if len(pts) < 3 {
@@ -117,12 +117,13 @@ func FitPrefill(pts []PrefillPoint) (PrefillFit, error) {
 		}
 		distinct[p.InputTokens] = true
 		x := float64(p.InputTokens) / scale
-		row := [3]float64{1, x, x * x}
+		w := relWeight(p.Seconds)
+		row := [3]float64{w, w * x, w * x * x}
 		for r := 0; r < 3; r++ {
 			for c := 0; c < 3; c++ {
 				m[r][c] += row[r] * row[c]
 			}
-			m[r][3] += row[r] * p.Seconds
+			m[r][3] += row[r] * p.Seconds * w
 		}
 		f.MinInput = min(f.MinInput, p.InputTokens)
 		f.MaxInput = max(f.MaxInput, p.InputTokens)
@@ -146,7 +147,7 @@ func FitPrefill(pts []PrefillPoint) (PrefillFit, error) {
 }
 
 // FitDecode fits step seconds = A + PerSeq·batch + PerCtxToken·ctx to the
-// points by least squares. It needs three points that are not collinear
+// points by least squares on relative error. It needs three points that are not collinear
 // in (batch, ctx).
 func FitDecode(pts []DecodePoint) (DecodeFit, error) {
 	var f DecodeFit
@@ -159,12 +160,13 @@ func FitDecode(pts []DecodePoint) (DecodeFit, error) {
 		if p.Batch <= 0 || p.CtxTokens < 0 || !(p.Seconds >= 0) || math.IsInf(p.Seconds, 0) {
 			return DecodeFit{}, fmt.Errorf("%w: decode point %d: batch must be > 0, ctx_tokens >= 0, seconds >= 0, got %d, %d, %v", ErrInvalidProfile, i, p.Batch, p.CtxTokens, p.Seconds)
 		}
-		row := [3]float64{1, float64(p.Batch) / bScale, float64(p.CtxTokens) / cScale}
+		w := relWeight(p.Seconds)
+		row := [3]float64{w, w * float64(p.Batch) / bScale, w * float64(p.CtxTokens) / cScale}
 		for r := 0; r < 3; r++ {
 			for c := 0; c < 3; c++ {
 				m[r][c] += row[r] * row[c]
 			}
-			m[r][3] += row[r] * p.Seconds
+			m[r][3] += row[r] * p.Seconds * w
 		}
 		f.MaxBatch = max(f.MaxBatch, p.Batch)
 		f.MaxCtxPerSeq = max(f.MaxCtxPerSeq, (p.CtxTokens+p.Batch-1)/p.Batch)
@@ -182,6 +184,16 @@ func FitDecode(pts []DecodePoint) (DecodeFit, error) {
 	}
 	f.RMSES = math.Sqrt(se / float64(len(pts)))
 	return f, nil
+}
+
+// relWeight weights a point by 1/seconds, so that the least squares
+// minimise relative error: latencies span two orders of magnitude and an
+// unweighted fit would serve the longest prompts only.
+func relWeight(seconds float64) float64 {
+	if seconds <= 1e-9 {
+		return 1e9
+	}
+	return 1 / seconds
 }
 
 // solve3 solves the 3x3 augmented system by Gaussian elimination with

@@ -1,0 +1,397 @@
+package controller
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
+)
+
+// TestRecoveryPrefillRatio: acceptance 2, the formula on exact numbers.
+func TestRecoveryPrefillRatio(t *testing.T) {
+	f := func(obs, res, queued float64, n int, want float64) {
+		t.Helper()
+		if got := RecoveryPrefillRatio(obs, res, queued, n, 0.25); got != want {
+			t.Fatalf("unexpected ratio for obs=%v res=%v queued=%v n=%d; got %v; want %v", obs, res, queued, n, got, want)
+		}
+	}
+	f(0.5, 0.25, 0.75, 2, 2)      // (0.25+0.75)/(2·0.25) = 2 > 0.5
+	f(3, 0.25, 0.75, 2, 3)        // observed above the computed ratio
+	f(0.5, 0.25, 0.75, 0, 0.5)    // no prefill engine: observed
+	f(0.5, 4, 0, 2, 0.5)          // queued_prefill_s = 0: observed, however much is resident
+	f(0, 0.125, 0.125, 1, 1)      // (0.125+0.125)/(1·0.25)
+	f(1.25, 0.125, 0.125, 1, 1.25) // observed wins
+}
+
+// TestRecoveryDecisions: incomplete demand switches the basis and the
+// decision exposes the ratio, queued_prefill_s and both observed ratios.
+func TestRecoveryDecisions(t *testing.T) {
+	run := func(np, nd int, queued, running float64, wantBasis string, wantRatio float64) Decision {
+		t.Helper()
+		c := newTestController(t, testConfig(), np, nd)
+		for _, e := range c.Engines() {
+			if e.Role == RolePrefill {
+				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: queued, RunningPrefillS: running}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		in := d2pInputs()
+		in.PendingUnsized = 3
+		in.ObservedPrefill = PhaseObservation{Count: 50, Mean: 0.75, Max: 2}
+		in.ObservedDecode = PhaseObservation{Count: 50, Mean: 0.5, Max: 0.9}
+		d := c.Step(t0, in)
+		if d.Basis != wantBasis || d.RecoveryPrefillRatio != wantRatio {
+			t.Fatalf("unexpected basis/ratio; got %s %v; want %s %v", d.Basis, d.RecoveryPrefillRatio, wantBasis, wantRatio)
+		}
+		if d.ObservedPrefillRatio != 0.75 || d.ObservedDecodeRatio != 0.5 || !d.Snapshot.Incomplete || d.Snapshot.IncompleteReason != "unsized_pending" {
+			t.Fatalf("unexpected observed ratios or incompleteness: %+v", d)
+		}
+		return d
+	}
+	// 2 prefill engines, each 0.25 queued + 0.125 running: (0.25+0.75)/(2·0.25) = 2... per engine sums:
+	// queued 0.5, running 0.25 → (0.25+0.5)/(2·0.25) = 1.5.
+	d := run(2, 2, 0.25, 0.125, BasisRecovery, 1.5)
+	if d.QueuedPrefillS != 0.5 {
+		t.Fatalf("unexpected queued_prefill_s; got %v; want 0.5", d.QueuedPrefillS)
+	}
+	// Current prefill pressure is the ratio itself; the best split moves a
+	// decode engine to prefill: 1.5·2/3 = 1.
+	if d.Current.PrefillPressure != 1.5 || d.Proposed == nil || d.Proposed.PrefillPressure != 1 {
+		t.Fatalf("unexpected recovery scoring; current %+v proposed %+v", d.Current, d.Proposed)
+	}
+	// queued = 0: observed pressure.
+	d = run(2, 2, 0, 0.125, BasisObservedPressure, 0.75)
+	if d.QueuedPrefillS != 0 {
+		t.Fatalf("unexpected queued_prefill_s %v", d.QueuedPrefillS)
+	}
+	// Observed above the computed ratio: 0.25 queued, 0 running, 4 engines:
+	// 0.25·4/(4·0.25)=1 ... use tiny queue: (0.01·4)/(4·0.25) = 0.04 < 0.75.
+	run(4, 2, 0.01, 0, BasisRecovery, 0.75)
+	// No prefill engine: observed pressure.
+	run(0, 3, 0.5, 0, BasisObservedPressure, 0.75)
+	// Decode overflow with zero requested output is incomplete too.
+	c := newTestController(t, testConfig(), 2, 2)
+	in := d2pInputs()
+	in.Arrivals.(*fakeHistory).overflow = buckets.Cohort{Count: 5, MaxInput: 100, MaxOutput: 0, ZeroOutput: true}
+	if d := c.Step(t0, in); d.Basis != BasisObservedPressure || d.Snapshot.IncompleteReason != "decode_overflow_zero_output" {
+		t.Fatalf("unexpected basis %s (%s)", d.Basis, d.Snapshot.IncompleteReason)
+	}
+}
+
+// TestSnapshotIsFrozen: acceptance 3.
+func TestSnapshotIsFrozen(t *testing.T) {
+	ps := BuiltinProfiles()
+	c, err := New(testConfig(), testTiming(), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addEngines(t, c, 4, 4)
+	arr, err := buckets.NewHistory(sec, 60*sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ts := t0 - 59*sec; ts <= t0; ts += 50e6 { // 20/s
+		arr.Record(ts, buckets.Shape{Input: 1024, Output: 16})
+	}
+	in := Inputs{Arrivals: arr}
+	snap := c.Snapshot(t0, in)
+	var before []SplitScore
+	for j := snap.MinMoves(); j <= snap.MaxMoves(); j++ {
+		before = append(before, snap.Split(j))
+	}
+	// Mutate everything live: buckets, engines, profiles.
+	for ts := t0 - 59*sec; ts <= t0; ts += 50e6 {
+		arr.Record(ts, buckets.Shape{Input: 2000, Output: 500})
+	}
+	for _, e := range c.Engines() {
+		if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 3, DecodeSeqs: 9, KVTokens: 5000}, 1000, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.UpsertEngine(Engine{ID: "new", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RoleDecode, Live: true}); err != nil {
+		t.Fatal(err)
+	}
+	ps.Profiles[0].Prefill.A *= 10
+	ps.Profiles[0].Decode.PerSeq *= 10
+	for i, j := 0, snap.MinMoves(); j <= snap.MaxMoves(); i, j = i+1, j+1 {
+		if got := snap.Split(j); got != before[i] {
+			t.Fatalf("score of split %d changed after live mutation; got %+v; want %+v", j, got, before[i])
+		}
+	}
+	fresh := c.Snapshot(t0, in)
+	if fresh.Split(0) == before[-snap.MinMoves()] {
+		t.Fatalf("a fresh snapshot should see the mutations")
+	}
+}
+
+// TestFullPrecisionGates: acceptance 4. The source-pressure gate judges
+// the full-precision pressure even where the journal's rounded form
+// would decide the other way.
+func TestFullPrecisionGates(t *testing.T) {
+	foundUp, foundDown := false, false
+	for k := 0; k < 200 && !(foundUp && foundDown); k++ {
+		rate := 20 + float64(k)*0.013
+		in := Inputs{Arrivals: steady(1024, 16, rate), Outputs: &fakeHistory{}}
+		probe := newTestController(t, testConfig(), 4, 4)
+		p := probe.Snapshot(t0, in).Split(1).DecodePressure
+		r := roundJ(p)
+		if r == p {
+			continue
+		}
+		cfg := testConfig()
+		cfg.SourceLimit = (p + r) / 2 // strictly between the two forms
+		c := newTestController(t, cfg, 4, 4)
+		d := c.Step(t0, in)
+		g := d.Gates[2]
+		if g.Gate != GateSourcePressure || g.Value != r {
+			t.Fatalf("unexpected journal gate %+v; want value %v", g, r)
+		}
+		if r < p { // rounded passes (r < limit), full fails
+			foundDown = true
+			if d.Blocked != GateSourcePressure || g.Pass {
+				t.Fatalf("full %v > limit %v must block though rounded %v passes; got %s %q", p, cfg.SourceLimit, r, d.Action, d.Blocked)
+			}
+		} else { // rounded fails (r ≥ limit), full passes
+			foundUp = true
+			if d.Action != ActionMove || !g.Pass {
+				t.Fatalf("full %v < limit %v must pass though rounded %v fails; got %s %q", p, cfg.SourceLimit, r, d.Action, d.Blocked)
+			}
+		}
+	}
+	if !foundUp || !foundDown {
+		t.Fatalf("did not find both rounding directions (up %v, down %v)", foundUp, foundDown)
+	}
+}
+
+// TestOutputEstimateBuiltOncePerStep: acceptance 5.
+func TestOutputEstimateBuiltOncePerStep(t *testing.T) {
+	c := newTestController(t, testConfig(), 4, 4)
+	outs := &fakeHistory{cells: []buckets.Cell{{Shape: buckets.Shape{Input: 512, Output: 128}, Count: 40}, {Shape: buckets.Shape{Input: 0, Output: 300}, Count: 10}}}
+	arr := &fakeHistory{cells: []buckets.Cell{{Shape: buckets.Shape{Input: 100, Output: 400}}, {Shape: buckets.Shape{Input: 100, Output: 0}}}, perS: []float64{1, 1}}
+	for i := 1; i <= 3; i++ {
+		d := c.Step(t0+int64(i)*sec, Inputs{Arrivals: arr, Outputs: outs})
+		if c.EstimateBuilds() != uint64(i) || outs.windows != i || d.Snapshot.EstimateBuild != uint64(i) {
+			t.Fatalf("step %d: builds %d, outputs reads %d; want %d each", i, c.EstimateBuilds(), outs.windows, i)
+		}
+		// discount 128/512 = 0.25: requested 400 → 100; unbounded mean 300;
+		// both horizons: (100 + 300) / 2 = 200.
+		if d.Snapshot.Short.MeanOutput != 200 || d.Snapshot.Long.MeanOutput != 200 || !d.Snapshot.Outputs.Learned {
+			t.Fatalf("unexpected horizon outputs %v / %v", d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput)
+		}
+	}
+	// Overflow in the outputs history switches learning off for both.
+	outs.overflow = buckets.Cohort{Count: 1, MaxInput: 600, MaxOutput: 600}
+	d := c.Step(t0+10*sec, Inputs{Arrivals: arr, Outputs: outs})
+	if d.Snapshot.Outputs.Learned || d.Snapshot.Outputs.Reason != "overflow" || d.Snapshot.Short.MeanOutput != 328 || d.Snapshot.Long.MeanOutput != 328 {
+		t.Fatalf("unexpected outputs with overflow: %+v short %v long %v; want (400+256)/2 = 328", d.Snapshot.Outputs, d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput)
+	}
+}
+
+// rateForDecode finds the arrival rate of (256, 512) requests whose
+// current decode pressure is target (4 prefill / 4 decode engines).
+func rateForDecode(t *testing.T, target float64) float64 {
+	return rateForDecodeOn(newTestController(t, testConfig(), 4, 4), target)
+}
+
+// rateForDecodeOn does the same for c's current split.
+func rateForDecodeOn(c *Controller, target float64) float64 {
+	lo, hi := 0.1, 100.0
+	for i := 0; i < 60; i++ {
+		mid := (lo + hi) / 2
+		if c.Snapshot(t0, Inputs{Arrivals: steady(256, 512, mid)}).Split(0).DecodePressure < target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// TestNoOscillationNearThreshold: acceptance 6.
+func TestNoOscillationNearThreshold(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MinEvidenceArrivals = 10
+	under, over := rateForDecode(t, 0.78), rateForDecode(t, 0.82)
+	for seed := uint64(1); seed <= 5; seed++ {
+		c := newTestController(t, cfg, 4, 4)
+		rng := rand.New(rand.NewPCG(seed, 7))
+		moves, lastMove := 0, int64(0)
+		now := t0
+		for i := 0; i < 100; i++ {
+			now += sec
+			rate := under
+			if rng.IntN(2) == 1 {
+				rate = over
+			}
+			if d := c.Step(now, Inputs{Arrivals: steady(256, 512, rate), Outputs: &fakeHistory{}}); d.Action == ActionMove {
+				moves++
+				lastMove = now
+			}
+		}
+		if moves > 1 {
+			t.Fatalf("seed %d: %d moves under constant load near the threshold; want at most 1", seed, moves)
+		}
+		// Step change in the mix: decode-heavy.
+		heavy := rateForDecodeOn(c, 1.3)
+		change := now + sec
+		want := change + int64(cfg.ConfirmSteps-1)*sec
+		if lastMove != 0 {
+			want = max(want, lastMove+int64(cfg.CooldownS)*sec)
+		}
+		var got int64
+		for i := 0; i < 120 && got == 0; i++ {
+			now += sec
+			d := c.Step(now, Inputs{Arrivals: steady(256, 512, heavy), Outputs: &fakeHistory{}})
+
+			if d.Action == ActionMove {
+				if d.Moves[0].To != RoleDecode {
+					t.Fatalf("seed %d: wrong move direction %+v", seed, d.Moves[0])
+				}
+				got = now
+			}
+		}
+		if got != want {
+			t.Fatalf("seed %d: move after the mix change at %d s; want %d s (confirm %d steps)", seed, (got-change)/sec, (want-change)/sec, cfg.ConfirmSteps)
+		}
+	}
+}
+
+// TestRestartKeepsCooldownDwellAndRoles: acceptance 7.
+func TestRestartKeepsCooldownDwellAndRoles(t *testing.T) {
+	cfg := testConfig()
+	cfg.CooldownS, cfg.DwellS = 30, 120
+	a := newTestController(t, cfg, 3, 4)
+	in := Inputs{Arrivals: steady(1024, 16, 30), Outputs: &fakeHistory{}}
+	d := a.Step(t0, in)
+	if d.Action != ActionMove {
+		t.Fatalf("setup: expected a move; got %s %q", d.Action, d.Blocked)
+	}
+	// Every engine moved at t0 (the others by an earlier controller).
+	for _, e := range a.Engines() {
+		e.LastMoveNs = t0
+		if err := a.UpsertEngine(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := SaveState(path, a.State()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := LoadState(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, testTiming(), BuiltinProfiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	// Agents re-report the engines without roles or move times.
+	for _, e := range a.Engines() {
+		e.Role, e.LastMoveNs = RoleNone, 0
+		if err := b.UpsertEngine(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ra, rb := a.Roles(), b.Roles()
+	if !equalStrings(ra.Prefill, rb.Prefill) || !equalStrings(ra.Decode, rb.Decode) {
+		t.Fatalf("roles flapped across restart; got %v/%v; want %v/%v", rb.Prefill, rb.Decode, ra.Prefill, ra.Decode)
+	}
+	if d := b.Step(t0+5*sec, in); d.Blocked != GateCooldown {
+		t.Fatalf("cooldown lost across restart; got %s %q (%s)", d.Action, d.Blocked, d.Reason)
+	}
+	if d := b.Step(t0+40*sec, in); d.Blocked != GateDwell {
+		t.Fatalf("dwell lost across restart; got %s %q", d.Action, d.Blocked)
+	}
+	if d := b.Step(t0+121*sec, in); d.Action != ActionMove {
+		t.Fatalf("expected a move after dwell; got %s %q", d.Action, d.Blocked)
+	}
+	if b.seq <= st.Seq {
+		t.Fatalf("journal sequence restarted: %d after %d", b.seq, st.Seq)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDemandEvidence: acceptance 8.
+func TestDemandEvidence(t *testing.T) {
+	cfg := testConfig()
+	cfg.CooldownS = 30
+	cfg.MinEvidenceArrivals = 10
+	c := newTestController(t, cfg, 4, 4)
+	arr, err := buckets.NewHistory(sec, 60*sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A decode-pressure risk at t0-20.5 s (restored), so the cutoff lies in
+	// the middle of bucket [t0-21, t0-20).
+	riskAt := t0 - 20*sec - sec/2
+	if err := c.Restore(PersistedState{Version: stateVersion, LastMoveNs: t0 - 5*sec, Risks: []riskEvent{{AtNs: riskAt, Kind: "decode_pressure"}}}); err != nil {
+		t.Fatal(err)
+	}
+	// 20 req/s for 59 s (one per 50 ms).
+	for ts := t0 - 59*sec; ts < t0; ts += 50e6 {
+		arr.Record(ts, buckets.Shape{Input: 1024, Output: 16})
+	}
+	// Invalidate bucket [t0-10, t0-9): fill its 128 cells, overflow one
+	// observation and reprice it out of the cohort.
+	inv := t0 - 10*sec
+	for i := int64(0); i < 130; i++ {
+		arr.Record(inv+1e6, buckets.Shape{Input: 2000 + i, Output: 1})
+	}
+	_, w := arr.Window(inv, inv+sec-1, nil)
+	if w.Overflow.Count == 0 || !arr.Reprice(inv+1e6, buckets.Shape{Input: w.Overflow.MaxInput, Output: 1}, buckets.Shape{Input: 1024, Output: 16}) {
+		t.Fatal("setup: reprice failed")
+	}
+	d := c.Step(t0, Inputs{Arrivals: arr, Outputs: &fakeHistory{}})
+	if d.Blocked != GateCooldown || d.DemandEvidence == nil {
+		t.Fatalf("expected a decode->prefill move blocked by cooldown with evidence; got %s %q %+v", d.Action, d.Blocked, d.DemandEvidence)
+	}
+	ev := d.DemandEvidence
+	// Counted: buckets wholly after the cutoff: [t0-20, t0), minus the
+	// invalid one = 19 buckets of 20 arrivals; the straddling bucket
+	// [t0-21, t0-20) and the invalid bucket are not counted.
+	if ev.Arrivals != 19*20 || ev.SpanS != 20 {
+		t.Fatalf("unexpected evidence counts; got arrivals %d span %v; want 380, 20", ev.Arrivals, ev.SpanS)
+	}
+	if ev.BlockedGate != GateCooldown || ev.RiskKind != "decode_pressure" || ev.RiskAgeS != 20.5 || ev.RiskEvents != 1 ||
+		ev.RequiredSpanS != 10 || ev.RequiredArrivals != 10 || ev.MaxSpanS != 60 || !ev.Closed || ev.TrendRatio == 0 ||
+		ev.ShortDecodeEngines < 1 || ev.LongDecodeEngines < 1 || ev.EnvelopeDecodeEngines != max(ev.ShortDecodeEngines, ev.LongDecodeEngines) {
+		t.Fatalf("unexpected evidence %+v", ev)
+	}
+	b, _ := json.Marshal(ev)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"span_s", "arrivals", "required_span_s", "required_arrivals", "max_span_s", "closed", "risk_kind", "risk_age_s", "risk_events", "short_decode_engines", "long_decode_engines", "trend_ratio", "envelope_decode_engines", "blocked_gate"} {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("demand_evidence lacks %s: %s", k, b)
+		}
+	}
+	if len(m) != 14 {
+		t.Fatalf("demand_evidence has %d fields; want 14: %s", len(m), b)
+	}
+	// Blocked before movement by the role floor: evidence still captured.
+	cfg.MinDecodeEngines = 4
+	c2 := newTestController(t, cfg, 4, 4)
+	d = c2.Step(t0, Inputs{Arrivals: arr, Outputs: &fakeHistory{}})
+	if d.Blocked != GateRoleFloors || d.DemandEvidence == nil || d.DemandEvidence.BlockedGate != GateRoleFloors {
+		t.Fatalf("expected evidence on a floor-blocked decision; got %q %+v", d.Blocked, d.DemandEvidence)
+	}
+	_ = math.Inf
+}

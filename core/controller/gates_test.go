@@ -1,0 +1,135 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
+)
+
+// d2p is the baseline decode-to-prefill scenario: 4 prefill, 4 decode
+// OPT-13B engines and 20 req/s of 1024-token prompts with 16 output
+// tokens; prefill pressure ≈ 1.0, decode ≈ 0.2, so one decode engine
+// moves to prefill.
+func d2pInputs() Inputs {
+	return Inputs{Arrivals: steady(1024, 16, 20), Outputs: &fakeHistory{}}
+}
+
+const t0 = 1000 * sec
+
+func onlyFailing(t *testing.T, d Decision) []string {
+	t.Helper()
+	var f []string
+	for _, g := range d.Gates {
+		if !g.Pass {
+			f = append(f, g.Gate)
+		}
+	}
+	return f
+}
+
+func TestBaselineMoves(t *testing.T) {
+	c := newTestController(t, testConfig(), 4, 4)
+	d := c.Step(t0, d2pInputs())
+	if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].From != RoleDecode || d.Moves[0].To != RolePrefill {
+		t.Fatalf("unexpected decision; got %s %+v blocked %q; want one decode->prefill move", d.Action, d.Moves, d.Blocked)
+	}
+	if got := len(d.Gates); got != len(Gates) {
+		t.Fatalf("unexpected gate count; got %d; want %d", got, len(Gates))
+	}
+	if f := onlyFailing(t, d); len(f) != 0 {
+		t.Fatalf("unexpected failing gates %v", f)
+	}
+	tb := c.Roles()
+	if len(tb.Prefill) != 5 || len(tb.Decode) != 3 || tb.RoleOf(d.Moves[0].EngineID) != RolePrefill {
+		t.Fatalf("unexpected role table after dry-run move; got %v / %v", tb.Prefill, tb.Decode)
+	}
+	// Prefill-to-decode in the other mix.
+	c2 := newTestController(t, testConfig(), 4, 4)
+	d = c2.Step(t0, Inputs{Arrivals: steady(256, 512, 15), Outputs: &fakeHistory{}})
+	if d.Action != ActionMove || d.Moves[0].From != RolePrefill {
+		t.Fatalf("unexpected decision; got %s %+v; want a prefill->decode move", d.Action, d.Moves)
+	}
+}
+
+// TestEachGateBlocksAlone: acceptance 1.
+func TestEachGateBlocksAlone(t *testing.T) {
+	type setup struct {
+		gate string
+		mod  func(cfg *Config)
+		prep func(t *testing.T, c *Controller, in *Inputs)
+	}
+	cases := []setup{
+		{gate: GateRoleFloors, mod: func(cfg *Config) { cfg.MinDecodeEngines = 4 }},
+		{gate: GateLiveAvailability, prep: func(t *testing.T, c *Controller, in *Inputs) {
+			if err := c.UpsertEngine(Engine{ID: "x-draining", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RoleDecode, State: StateDraining, TargetRole: RolePrefill, Live: true}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{gate: GateSourcePressure, mod: func(cfg *Config) { cfg.SourceLimit = 0.2 }},
+		{gate: GateKVLimit, mod: func(cfg *Config) { cfg.KVHeadroom = 0.03 }},
+		{gate: GateDemandEvidence, prep: func(t *testing.T, c *Controller, in *Inputs) {
+			in.Arrivals.(*fakeHistory).ev = buckets.Evidence{SpanNs: 30 * sec, Observations: 5, Buckets: 30}
+		}},
+		{gate: GateCooldown, mod: func(cfg *Config) { cfg.CooldownS = 30 }, prep: func(t *testing.T, c *Controller, in *Inputs) {
+			if err := c.Restore(PersistedState{Version: stateVersion, LastMoveNs: t0 - 10*sec}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{gate: GateDwell, mod: func(cfg *Config) { cfg.DwellS = 60 }, prep: func(t *testing.T, c *Controller, in *Inputs) {
+			for _, e := range c.Engines() {
+				if e.Role == RoleDecode {
+					e.LastMoveNs = t0 - 10*sec
+					if err := c.UpsertEngine(e); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}},
+		{gate: GateProfileCoverage, prep: func(t *testing.T, c *Controller, in *Inputs) {
+			for _, e := range c.Engines() {
+				if e.Role == RoleDecode {
+					e.Model = "unprofiled-model"
+					if err := c.UpsertEngine(e); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}},
+		{gate: GateConfirmation, mod: func(cfg *Config) { cfg.ConfirmSteps = 2 }},
+	}
+	if len(cases) != len(Gates) {
+		t.Fatalf("BUG: %d cases for %d gates", len(cases), len(Gates))
+	}
+	for _, tc := range cases {
+		t.Run(tc.gate, func(t *testing.T) {
+			cfg := testConfig()
+			if tc.mod != nil {
+				tc.mod(&cfg)
+			}
+			c := newTestController(t, cfg, 4, 4)
+			in := d2pInputs()
+			if tc.prep != nil {
+				tc.prep(t, c, &in)
+			}
+			d := c.Step(t0, in)
+			if d.Action != ActionBlocked || d.Blocked != tc.gate {
+				t.Fatalf("unexpected decision; got %s blocked %q (%s); want blocked by %s", d.Action, d.Blocked, d.Reason, tc.gate)
+			}
+			if f := onlyFailing(t, d); len(f) != 1 || f[0] != tc.gate {
+				t.Fatalf("unexpected failing gates; got %v; want only %s", f, tc.gate)
+			}
+			if d.DemandEvidence == nil || d.DemandEvidence.BlockedGate != tc.gate {
+				t.Fatalf("decode-to-prefill decision must carry demand_evidence naming %s; got %+v", tc.gate, d.DemandEvidence)
+			}
+			if len(c.Roles().Decode) != 4 {
+				t.Fatalf("a blocked decision moved an engine: %v", c.Roles().Decode)
+			}
+			if tc.gate == GateConfirmation {
+				d = c.Step(t0+sec, in)
+				if d.Action != ActionMove {
+					t.Fatalf("second consecutive step should move; got %s %q", d.Action, d.Blocked)
+				}
+			}
+		})
+	}
+}
