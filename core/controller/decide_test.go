@@ -18,11 +18,11 @@ func TestRecoveryPrefillRatio(t *testing.T) {
 			t.Fatalf("unexpected ratio for obs=%v res=%v queued=%v n=%d; got %v; want %v", obs, res, queued, n, got, want)
 		}
 	}
-	f(0.5, 0.25, 0.75, 2, 2)      // (0.25+0.75)/(2·0.25) = 2 > 0.5
-	f(3, 0.25, 0.75, 2, 3)        // observed above the computed ratio
-	f(0.5, 0.25, 0.75, 0, 0.5)    // no prefill engine: observed
-	f(0.5, 4, 0, 2, 0.5)          // queued_prefill_s = 0: observed, however much is resident
-	f(0, 0.125, 0.125, 1, 1)      // (0.125+0.125)/(1·0.25)
+	f(0.5, 0.25, 0.75, 2, 2)       // (0.25+0.75)/(2·0.25) = 2 > 0.5
+	f(3, 0.25, 0.75, 2, 3)         // observed above the computed ratio
+	f(0.5, 0.25, 0.75, 0, 0.5)     // no prefill engine: observed
+	f(0.5, 4, 0, 2, 0.5)           // queued_prefill_s = 0: observed, however much is resident
+	f(0, 0.125, 0.125, 1, 1)       // (0.125+0.125)/(1·0.25)
 	f(1.25, 0.125, 0.125, 1, 1.25) // observed wins
 }
 
