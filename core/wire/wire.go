@@ -88,6 +88,10 @@ type EngineReport struct {
 	Live  bool            `json:"live"`
 	// Resident is read from the engine's own metrics.
 	Resident controller.Resident `json:"resident"`
+	// RunningRequests and QueuedRequests are the engine's own counts (-1
+	// unknown); the core turns queued work into seconds with its profiles.
+	RunningRequests int64 `json:"running_requests"`
+	QueuedRequests  int64 `json:"queued_requests"`
 	// KVCapacityTokens is the physical KV limit in tokens; 0 unknown.
 	KVCapacityTokens int64 `json:"kv_capacity_tokens"`
 	// KVSource says where the limit came from ("engine", "nvml_bound", "").

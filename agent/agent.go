@@ -1,0 +1,501 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/narwhal-io/narwhal/agent/liveness"
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/wire"
+	"github.com/narwhal-io/narwhal/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Version is the agent's version, sent in the hello.
+const Version = "0.1.0"
+
+// maxMetricsBody bounds one engine metrics body.
+const maxMetricsBody = 8 << 20
+
+// NVMLSource is what the agent needs from nvml (a *nvml.Manager).
+type NVMLSource interface {
+	Devices(ctx context.Context, nowNs int64) ([]nvml.Device, error)
+	Status() nvml.Status
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WithNVML sets the GPU source (default: none, reported as degraded).
+func WithNVML(src NVMLSource) Option { return func(a *Agent) { a.nvml = src } }
+
+// WithWatcher sets the liveness watcher (default: none).
+func WithWatcher(w liveness.Watcher, reason string) Option {
+	return func(a *Agent) { a.watcher, a.watchReason = w, reason }
+}
+
+// WithHTTPClient sets the client used for engine scrapes and the core.
+func WithHTTPClient(c *http.Client) Option { return func(a *Agent) { a.http = c } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
+
+// WithClock sets the clock (Unix ns).
+func WithClock(now func() int64) Option { return func(a *Agent) { a.now = now } }
+
+// WithEpoch sets the node epoch (default: the clock at New).
+func WithEpoch(e uint64) Option { return func(a *Agent) { a.epoch = e } }
+
+// engineState is what the agent last knew of one engine.
+type engineState struct {
+	cfg        EngineConfig
+	role       controller.Role
+	metrics    EngineMetrics
+	scrapeErr  string
+	lastOKNs   int64 // last successful scrape (agent clock)
+	lastTryNs  int64
+	deadAtNs   int64 // exit / port close seen at; 0 none
+	deadReason string
+	limit      KVLimit
+}
+
+// Agent collects one node's engine facts and streams them to the core.
+type Agent struct {
+	cfg         Config
+	nvml        NVMLSource
+	watcher     liveness.Watcher
+	watchReason string
+	http        *http.Client
+	log         *slog.Logger
+	now         func() int64
+	epoch       uint64
+	stream      *Streamer
+
+	mu         sync.Mutex
+	engines    []*engineState
+	byPID      map[int32]*engineState
+	byPort     map[uint16]*engineState
+	gpus       []nvml.Device
+	lastSnapNs int64
+
+	scrapes   *prometheus.CounterVec
+	scrapeDur prometheus.Histogram
+	liveEv    *prometheus.CounterVec
+	nvmlUp    prometheus.GaugeFunc
+	kvTokens  *prometheus.GaugeVec
+	kvCap     *prometheus.GaugeVec
+	kvDisagr  *prometheus.GaugeVec
+}
+
+// New builds an agent from a validated configuration.
+func New(cfg Config, opts ...Option) (*Agent, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, byPID: map[int32]*engineState{}, byPort: map[uint16]*engineState{}}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.now == nil {
+		a.now = func() int64 { return time.Now().UnixNano() }
+	}
+	if a.http == nil {
+		a.http = &http.Client{Timeout: 5 * time.Second}
+	}
+	if a.epoch == 0 {
+		a.epoch = uint64(max(a.now(), 1))
+	}
+	for _, e := range cfg.Engines {
+		r, _ := controller.ParseRole(e.Role)
+		st := &engineState{cfg: e, role: r, metrics: EngineMetrics{Running: -1, Waiting: -1, KVUsedTokens: -1}}
+		a.engines = append(a.engines, st)
+		if e.PID > 0 {
+			a.byPID[e.PID] = st
+		}
+		if e.Port > 0 {
+			a.byPort[e.Port] = st
+		}
+	}
+	if cfg.CoreURL != "" {
+		a.stream = NewStreamer(StreamConfig{
+			URL: cfg.CoreURL, Node: cfg.Node, Epoch: a.epoch, Token: a.token,
+			QueueSize: cfg.QueueSize, HeartbeatNs: int64(cfg.HeartbeatIntervalS * 1e9),
+			BackoffMin: time.Duration(cfg.BackoffMinS * 1e9), BackoffMax: time.Duration(cfg.BackoffMaxS * 1e9),
+			Client: a.http, Logger: a.log, Hello: a.hello, Now: a.now,
+		})
+	}
+	a.initMetrics()
+	return a, nil
+}
+
+func (a *Agent) token() (string, error) {
+	if a.cfg.TokenFile == "" {
+		return os.Getenv("NARWHAL_AGENT_TOKEN"), nil
+	}
+	b, err := os.ReadFile(a.cfg.TokenFile)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (a *Agent) initMetrics() {
+	a.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "narwhal_agent_scrapes_total", Help: "Engine metrics scrapes, by engine and result (ok, error).",
+	}, []string{"engine", "result"})
+	a.scrapeDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "narwhal_agent_scrape_duration_seconds", Help: "Duration of one engine metrics scrape.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+	a.liveEv = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "narwhal_agent_liveness_events_total", Help: "Liveness events observed, by kind (exit, port_closed, port_open).",
+	}, []string{"kind"})
+	a.nvmlUp = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "narwhal_agent_nvml_available", Help: "1 when NVML answers, 0 in degraded mode.",
+	}, func() float64 {
+		if a.nvml != nil && a.nvml.Status().Available {
+			return 1
+		}
+		return 0
+	})
+	a.kvTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "narwhal_agent_engine_kv_tokens", Help: "KV cache tokens in use, per engine (from its metrics).",
+	}, []string{"engine"})
+	a.kvCap = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "narwhal_agent_engine_kv_capacity_tokens", Help: "Physical KV limit in tokens, per engine.",
+	}, []string{"engine"})
+	a.kvDisagr = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "narwhal_agent_engine_kv_disagreement", Help: "1 when the engine's KV capacity and the NVML cross-check disagree.",
+	}, []string{"engine"})
+}
+
+// Collectors returns the agent's metrics (narwhal_agent_*).
+func (a *Agent) Collectors() []prometheus.Collector {
+	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.kvTokens, a.kvCap, a.kvDisagr}
+	if a.stream != nil {
+		cs = append(cs, a.stream.Collectors()...)
+	}
+	return cs
+}
+
+// Epoch returns the node epoch.
+func (a *Agent) Epoch() uint64 { return a.epoch }
+
+// Streamer returns the connection to the core (nil without core_url).
+func (a *Agent) Streamer() *Streamer { return a.stream }
+
+func (a *Agent) hello() wire.Hello {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := wire.Hello{AgentVersion: Version, NVML: "unavailable: no NVML source", Liveness: "none"}
+	if a.nvml != nil {
+		if st := a.nvml.Status(); st.Available {
+			h.NVML = "ok"
+		} else {
+			h.NVML = "degraded: " + st.Reason
+		}
+	}
+	if a.watcher != nil {
+		h.Liveness = a.watcher.Source()
+	}
+	for _, d := range a.gpus {
+		h.GPUs = append(h.GPUs, wire.GPU{UUID: d.UUID, Name: d.Name, MemoryBytes: d.Memory.TotalBytes,
+			UsedBytes: d.Memory.UsedBytes, MIG: d.Parent != ""})
+	}
+	for _, e := range a.engines {
+		h.Engines = append(h.Engines, e.cfg.ID)
+	}
+	return h
+}
+
+// Scrape reads one engine's metrics endpoint.
+func Scrape(ctx context.Context, c *http.Client, kind EngineKind, url string) (EngineMetrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: %w", url, err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := c.Do(req)
+	if err != nil {
+		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: status %d", url, resp.StatusCode)
+	}
+	m, err := ParseEngineMetrics(kind, io.LimitReader(resp.Body, maxMetricsBody))
+	if err != nil {
+		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: %w", url, err)
+	}
+	return m, nil
+}
+
+// Collect reads NVML and every engine once at nowNs and returns the
+// snapshot to send.
+func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
+	var gpus []nvml.Device
+	if a.nvml != nil {
+		ds, err := a.nvml.Devices(ctx, nowNs)
+		if err == nil {
+			gpus = ds
+		}
+	}
+	type result struct {
+		m   EngineMetrics
+		err error
+		dur time.Duration
+	}
+	res := make([]result, len(a.engines))
+	var wg sync.WaitGroup
+	timeout := time.Duration(a.cfg.ScrapeTimeoutS * 1e9)
+	for i, e := range a.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			t0 := time.Now()
+			m, err := Scrape(sctx, a.http, e.cfg.Kind, e.cfg.MetricsURL)
+			res[i] = result{m, err, time.Since(t0)}
+		}()
+	}
+	wg.Wait()
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gpus != nil {
+		a.gpus = gpus
+	}
+	snap := wire.Snapshot{Engines: make([]wire.EngineReport, 0, len(a.engines))}
+	for i, e := range a.engines {
+		r := res[i]
+		a.scrapeDur.Observe(r.dur.Seconds())
+		e.lastTryNs = nowNs
+		if r.err != nil {
+			e.scrapeErr = r.err.Error()
+			a.scrapes.WithLabelValues(e.cfg.ID, "error").Inc()
+		} else {
+			e.metrics, e.scrapeErr, e.lastOKNs = r.m, "", nowNs
+			a.scrapes.WithLabelValues(e.cfg.ID, "ok").Inc()
+			if e.deadAtNs != 0 && e.deadAtNs < nowNs {
+				// the engine answers again after an exit/close: restarted
+				e.deadAtNs, e.deadReason = 0, ""
+			}
+		}
+		mem := a.engineMemLocked(e.cfg.GPUs)
+		e.limit = CrossCheck(e.metrics.CapacityTokens, mem, e.cfg.Geometry, e.metrics.GPUMemoryUtilization)
+		snap.Engines = append(snap.Engines, a.reportLocked(e))
+	}
+	a.lastSnapNs = nowNs
+	return snap
+}
+
+// engineMemLocked is the smallest total memory among the engine's GPUs
+// (by UUID or index); 0 when any is unknown.
+func (a *Agent) engineMemLocked(ids []string) uint64 {
+	if len(ids) == 0 || len(a.gpus) == 0 {
+		return 0
+	}
+	var low uint64
+	for _, id := range ids {
+		var found *nvml.Device
+		for i := range a.gpus {
+			d := &a.gpus[i]
+			if d.UUID == id || (d.Parent == "" && strconv.Itoa(d.Index) == id) {
+				found = d
+				break
+			}
+		}
+		if found == nil || !found.Memory.Known {
+			return 0
+		}
+		if low == 0 || found.Memory.TotalBytes < low {
+			low = found.Memory.TotalBytes
+		}
+	}
+	return low
+}
+
+func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
+	live := e.scrapeErr == "" && e.lastOKNs > 0 && e.deadAtNs == 0
+	m := e.metrics
+	r := wire.EngineReport{
+		ID: e.cfg.ID, Model: e.cfg.Model, GPU: e.cfg.GPUKind, Role: e.role, Live: live,
+		Resident:        controller.Resident{DecodeSeqs: max(m.Running, 0), KVTokens: max(m.KVUsedTokens, 0)},
+		RunningRequests: m.Running, QueuedRequests: m.Waiting,
+		KVCapacityTokens: e.limit.Tokens, KVSource: e.limit.Source, KVDisagreement: e.limit.Disagreement,
+		ScrapeError: e.scrapeErr, ScrapedNs: e.lastOKNs,
+	}
+	if e.deadAtNs != 0 && r.ScrapeError == "" {
+		r.ScrapeError = "engine " + e.deadReason
+	}
+	a.kvTokens.WithLabelValues(e.cfg.ID).Set(float64(r.Resident.KVTokens))
+	a.kvCap.WithLabelValues(e.cfg.ID).Set(float64(r.KVCapacityTokens))
+	dis := 0.0
+	if e.limit.Source == KVSourceEngine && e.limit.BoundTokens > 0 && e.limit.EngineTokens > e.limit.BoundTokens {
+		dis = 1
+	}
+	a.kvDisagr.WithLabelValues(e.cfg.ID).Set(dis)
+	return r
+}
+
+// HandleLiveness applies one watcher event: the engine is marked not live
+// at once and a liveness report is queued ahead of the next snapshot.
+func (a *Agent) HandleLiveness(ev liveness.Event) {
+	a.liveEv.WithLabelValues(ev.Kind.String()).Inc()
+	a.mu.Lock()
+	var e *engineState
+	switch ev.Kind {
+	case liveness.Exited:
+		e = a.byPID[ev.PID]
+	case liveness.PortClosed, liveness.PortOpened:
+		e = a.byPort[ev.Port]
+	}
+	if e == nil {
+		a.mu.Unlock()
+		return
+	}
+	var out *wire.Liveness
+	switch ev.Kind {
+	case liveness.Exited, liveness.PortClosed:
+		if e.deadAtNs == 0 {
+			e.deadAtNs, e.deadReason = ev.AtNs, ev.Kind.String()
+			out = &wire.Liveness{Engine: e.cfg.ID, Live: false, Reason: ev.Kind.String(), PID: ev.PID, Port: ev.Port, AtNs: ev.AtNs}
+		}
+	case liveness.PortOpened:
+		// live again only once a scrape succeeds; note it
+		a.log.Info("engine port listening", "engine", e.cfg.ID, "port", ev.Port)
+	}
+	a.mu.Unlock()
+	if out != nil {
+		a.log.Warn("engine not live", "engine", out.Engine, "reason", out.Reason, "pid", out.PID, "port", out.Port)
+		if a.stream != nil {
+			a.stream.Enqueue(wire.KindLiveness, out)
+		}
+	}
+}
+
+// Health is the agent's freshness verdict for /healthz.
+type Health struct {
+	OK       bool           `json:"ok"`
+	Problems []string       `json:"problems,omitempty"`
+	NVML     nvml.Status    `json:"nvml"`
+	Liveness string         `json:"liveness"`
+	Stream   StreamStatus   `json:"stream"`
+	Engines  []EngineHealth `json:"engines"`
+}
+
+// EngineHealth is one engine's freshness.
+type EngineHealth struct {
+	ID          string  `json:"id"`
+	LastScrapeS float64 `json:"last_scrape_age_s"` // -1 never
+	Error       string  `json:"error,omitempty"`
+}
+
+// Health judges freshness at nowNs: not OK when no snapshot was collected
+// within stale_after_s, when no engine was scraped within it (with
+// engines configured), or when the core has not acknowledged within it.
+// NVML degraded and /proc liveness are reported but do not fail health:
+// the agent still does useful work.
+func (a *Agent) Health(nowNs int64) Health {
+	stale := int64(a.cfg.StaleAfterS * 1e9)
+	a.mu.Lock()
+	h := Health{OK: true, Liveness: "none"}
+	if a.watcher != nil {
+		h.Liveness = a.watcher.Source()
+		if a.watchReason != "" {
+			h.Liveness += " (eBPF unavailable: " + a.watchReason + ")"
+		}
+	}
+	if a.lastSnapNs == 0 || nowNs-a.lastSnapNs > stale {
+		h.Problems = append(h.Problems, "no snapshot collected within stale_after_s")
+	}
+	fresh := 0
+	for _, e := range a.engines {
+		eh := EngineHealth{ID: e.cfg.ID, LastScrapeS: -1, Error: e.scrapeErr}
+		if e.lastOKNs > 0 {
+			eh.LastScrapeS = float64(nowNs-e.lastOKNs) / 1e9
+			if nowNs-e.lastOKNs <= stale {
+				fresh++
+			}
+		}
+		h.Engines = append(h.Engines, eh)
+	}
+	a.mu.Unlock()
+	if len(a.engines) > 0 && fresh == 0 {
+		h.Problems = append(h.Problems, "no engine scraped successfully within stale_after_s")
+	}
+	if a.nvml != nil {
+		h.NVML = a.nvml.Status()
+	} else {
+		h.NVML = nvml.Status{Reason: "no NVML source configured"}
+	}
+	if a.stream != nil {
+		h.Stream = a.stream.Status()
+		if h.Stream.LastAckNs == 0 || nowNs-h.Stream.LastAckNs > stale {
+			h.Problems = append(h.Problems, "core has not acknowledged within stale_after_s")
+		}
+	}
+	h.OK = len(h.Problems) == 0
+	return h
+}
+
+// Run registers the engines with the watcher, then collects and streams
+// until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.watcher != nil {
+		for _, e := range a.engines {
+			if e.cfg.PID > 0 {
+				if err := a.watcher.WatchPID(e.cfg.PID); err != nil {
+					a.log.Warn("cannot watch engine pid", "engine", e.cfg.ID, "pid", e.cfg.PID, "err", err)
+				}
+			}
+			if e.cfg.Port > 0 {
+				if err := a.watcher.WatchPort(e.cfg.Port); err != nil {
+					a.log.Warn("cannot watch engine port", "engine", e.cfg.ID, "port", e.cfg.Port, "err", err)
+				}
+			}
+		}
+		go func() {
+			for ev := range a.watcher.Events() {
+				a.HandleLiveness(ev)
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	if a.stream != nil {
+		// hello first (with the GPU list the first collection read),
+		// then the first snapshot
+		wg.Add(1)
+		defer wg.Wait()
+		first := a.Collect(ctx, a.now())
+		a.stream.EnqueueHello()
+		a.stream.Enqueue(wire.KindSnapshot, &first)
+		go func() { defer wg.Done(); a.stream.Run(ctx) }()
+	}
+	t := time.NewTicker(time.Duration(a.cfg.ScrapeIntervalS * 1e9))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			snap := a.Collect(ctx, a.now())
+			if a.stream != nil {
+				a.stream.Enqueue(wire.KindSnapshot, &snap)
+			}
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("agent: invalid configuration")
+
+// Config is the agent's configuration file (YAML, snake_case keys).
+type Config struct {
+	// Node is this node's name (default: $NODE_NAME, else the hostname).
+	Node string `yaml:"node"`
+	// CoreURL is the core's ingest endpoint, e.g.
+	// http://narwhal-core:8080/v1/agent/reports.
+	CoreURL string `yaml:"core_url"`
+	// TokenFile holds the bearer token (re-read on every reconnect);
+	// $NARWHAL_AGENT_TOKEN is used when empty.
+	TokenFile string `yaml:"token_file"`
+	// Intervals and timeouts in seconds (0 = default).
+	ScrapeIntervalS    float64 `yaml:"scrape_interval_s"`    // 1
+	ScrapeTimeoutS     float64 `yaml:"scrape_timeout_s"`     // 0.5
+	HeartbeatIntervalS float64 `yaml:"heartbeat_interval_s"` // 2
+	NVMLTimeoutS       float64 `yaml:"nvml_timeout_s"`       // 5
+	ProcPollS          float64 `yaml:"proc_poll_s"`          // 0.1
+	BackoffMinS        float64 `yaml:"backoff_min_s"`        // 0.2
+	BackoffMaxS        float64 `yaml:"backoff_max_s"`        // 10
+	// StaleAfterS: /healthz fails when scrapes or acks are older (10).
+	StaleAfterS float64 `yaml:"stale_after_s"`
+	// QueueSize bounds the report queue (drop-oldest), default 256.
+	QueueSize int `yaml:"queue_size"`
+	// Liveness is "auto" (eBPF, else /proc), "ebpf", "proc" or "none".
+	Liveness string         `yaml:"liveness"`
+	Engines  []EngineConfig `yaml:"engines"`
+}
+
+// EngineConfig is one engine on this node.
+type EngineConfig struct {
+	ID         string     `yaml:"id"`
+	Kind       EngineKind `yaml:"kind"`
+	MetricsURL string     `yaml:"metrics_url"`
+	// PID and Port are watched for liveness (0 = not watched).
+	PID  int32  `yaml:"pid"`
+	Port uint16 `yaml:"port"`
+	// GPUs are the engine's GPU UUIDs or NVML indices ("0").
+	GPUs    []string `yaml:"gpus"`
+	Model   string   `yaml:"model"`
+	GPUKind string   `yaml:"gpu_kind"`
+	// Role is the engine's initial role: prefill or decode.
+	Role     string   `yaml:"role"`
+	Geometry Geometry `yaml:"geometry"`
+}
+
+// LoadConfig reads and validates a YAML file; unknown keys are errors.
+func LoadConfig(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("agent: config: %w", err)
+	}
+	defer f.Close()
+	var c Config
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+	}
+	c.Defaults()
+	return c, c.Validate()
+}
+
+// Defaults fills zero fields.
+func (c *Config) Defaults() {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.ScrapeIntervalS, 1)
+	def(&c.ScrapeTimeoutS, 0.5)
+	def(&c.HeartbeatIntervalS, 2)
+	def(&c.NVMLTimeoutS, 5)
+	def(&c.ProcPollS, 0.1)
+	def(&c.BackoffMinS, 0.2)
+	def(&c.BackoffMaxS, 10)
+	def(&c.StaleAfterS, 10)
+	if c.QueueSize == 0 {
+		c.QueueSize = 256
+	}
+	if c.Liveness == "" {
+		c.Liveness = "auto"
+	}
+	if c.Node == "" {
+		c.Node = os.Getenv("NODE_NAME")
+	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
+}
+
+// Validate returns an error naming the field, the value and the rule.
+func (c *Config) Validate() error {
+	bad := func(field string, v any, rule string) error {
+		return fmt.Errorf("%w: %s = %v: %s", ErrConfig, field, v, rule)
+	}
+	if c.Node == "" {
+		return bad("node", `""`, "must be set (or $NODE_NAME)")
+	}
+	if c.CoreURL != "" {
+		u, err := url.Parse(c.CoreURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("core_url", c.CoreURL, "must be an http(s) URL")
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"scrape_interval_s", c.ScrapeIntervalS}, {"scrape_timeout_s", c.ScrapeTimeoutS},
+		{"heartbeat_interval_s", c.HeartbeatIntervalS}, {"nvml_timeout_s", c.NVMLTimeoutS},
+		{"proc_poll_s", c.ProcPollS}, {"backoff_min_s", c.BackoffMinS}, {"backoff_max_s", c.BackoffMaxS},
+		{"stale_after_s", c.StaleAfterS}} {
+		if !(f.v > 0 && f.v <= 3600) {
+			return bad(f.name, f.v, "must be in (0, 3600]")
+		}
+	}
+	if c.BackoffMaxS < c.BackoffMinS {
+		return bad("backoff_max_s", c.BackoffMaxS, "must be >= backoff_min_s")
+	}
+	if c.QueueSize < 1 || c.QueueSize > 1<<16 {
+		return bad("queue_size", c.QueueSize, "must be in [1, 65536]")
+	}
+	switch c.Liveness {
+	case "auto", "ebpf", "proc", "none":
+	default:
+		return bad("liveness", c.Liveness, "must be auto, ebpf, proc or none")
+	}
+	seen := map[string]bool{}
+	for i, e := range c.Engines {
+		p := fmt.Sprintf("engines[%d].", i)
+		if e.ID == "" || seen[e.ID] {
+			return bad(p+"id", e.ID, "must be set and unique")
+		}
+		seen[e.ID] = true
+		if e.Kind != KindVLLM && e.Kind != KindSGLang {
+			return bad(p+"kind", e.Kind, "must be vllm or sglang")
+		}
+		u, err := url.Parse(e.MetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad(p+"metrics_url", e.MetricsURL, "must be an http(s) URL")
+		}
+		if e.PID < 0 {
+			return bad(p+"pid", e.PID, "must be >= 0")
+		}
+		if _, ok := controller.ParseRole(e.Role); !ok && e.Role != "" {
+			return bad(p+"role", e.Role, "must be prefill or decode")
+		}
+		if !e.Geometry.Zero() {
+			if _, err := e.Geometry.BytesPerToken(); err != nil {
+				return bad(p+"geometry", strings.TrimPrefix(err.Error(), ErrGeometry.Error()+": "), "out of range")
+			}
+		}
+	}
+	if len(c.Engines) > 256 {
+		return bad("engines", len(c.Engines), "at most 256")
+	}
+	return nil
+}

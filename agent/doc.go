@@ -1,0 +1,41 @@
+// Package agent is narwhal-agent's library: it reads one GPU node's
+// engines (residency from their own Prometheus metrics, vLLM or SGLang),
+// derives each engine's physical KV limit (the engine's own capacity,
+// cross-checked against NVML memory and the model's KV bytes per token),
+// watches engine liveness (package liveness: eBPF, else /proc), and streams
+// it all to the core (core/wire messages) with node epoch and sequence
+// numbers.
+//
+// Flow: Agent.Run collects every scrape_interval_s (NVML devices, every
+// engine's metrics in parallel under scrape_timeout_s) and queues a full
+// Snapshot; a liveness event (exit, port closed) marks the engine not live
+// at once and queues a Liveness report that the Streamer sends
+// immediately. The Streamer POSTs batches to the core's ingest endpoint
+// with a bearer token, keeps a bounded drop-oldest queue while the core is
+// unreachable, backs off with full jitter, re-sends a hello after an
+// outage (the core may have restarted), and sends a heartbeat when idle.
+//
+// Choices where the spec is silent:
+//   - Resident work: DecodeSeqs = running requests, KVTokens = KV tokens
+//     in use (vLLM: usage fraction × capacity; SGLang: num_used_tokens).
+//     Queued prefill is sent as a request count (queued_requests); turning
+//     it into seconds needs the core's latency profiles, so the agent
+//     leaves QueuedPrefillS and RunningPrefillS at 0.
+//   - KV limit: the engine's number wins (it knows its pool); NVML gives a
+//     physical upper bound floor(min GPU memory × gpu_memory_utilization /
+//     bytes per token per TP rank). An engine number above the bound is
+//     reported as a disagreement (wire kv_disagreement, metric
+//     narwhal_agent_engine_kv_disagreement) and still used; with no engine
+//     number the bound is used and flagged as an overestimate.
+//   - Liveness: live = the last scrape worked and no exit/port-close was
+//     seen since; a later successful scrape (engine restarted) makes it live
+//     again. A failed scrape makes the engine not live in the next
+//     snapshot, without an immediate event.
+//   - Epoch: the agent's start time in Unix ns (a restart gives a larger
+//     one; a clock stepped backwards across a restart would be refused by
+//     the core as stale until it passes the old epoch).
+//
+// Concurrency: Agent and Streamer methods are safe for concurrent use; one
+// mutex each. Allocation: collection allocates per scrape (parsing); it runs
+// once per interval, not on a request path.
+package agent
