@@ -59,7 +59,7 @@ func (a *Attainment) Record(tsNs int64, o Outcome, ttftMet, tpotMet bool) bool {
 		return false
 	}
 	e := a.r.Epoch(tsNs)
-	if !a.r.Admit(e, a) || !a.r.Claim(e) {
+	if !a.r.Admit(e, a) || !a.r.Claim(e, a) {
 		return false
 	}
 	tag := ring.TagOf(e)
@@ -69,15 +69,15 @@ func (a *Attainment) Record(tsNs int64, o Outcome, ttftMet, tpotMet bool) bool {
 	if !ok {
 		return false
 	}
+	if exp != 0 { // lazy clear of an older bucket: its requests expire here
+		a.expired.Add(int64(exp))
+	}
 	if ttftMet {
-		x, _ := ring.Add(&b.c[base+cntTTFT], tag, 1)
-		exp += x
+		ring.Add(&b.c[base+cntTTFT], tag, 1)
 	}
 	if tpotMet {
-		x, _ := ring.Add(&b.c[base+cntTPOT], tag, 1)
-		exp += x
+		ring.Add(&b.c[base+cntTPOT], tag, 1)
 	}
-	_ = exp // only totals are accounted: see ExpireSlot
 	a.r.AfterWrite(e, a)
 	return true
 }

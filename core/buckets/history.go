@@ -138,7 +138,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 		return false
 	}
 	e := h.r.Epoch(tsNs)
-	if !h.r.Admit(e, h) || !h.r.Claim(e) {
+	if !h.r.Admit(e, h) || !h.r.Claim(e, h) {
 		return false
 	}
 	slot := h.r.Slot(e)
@@ -309,7 +309,7 @@ func (h *History) RecordUnsized(tsNs int64) bool {
 		return false
 	}
 	e := h.r.Epoch(tsNs)
-	if !h.r.Admit(e, h) || !h.r.Claim(e) {
+	if !h.r.Admit(e, h) || !h.r.Claim(e, h) {
 		return false
 	}
 	slot := h.r.Slot(e)
@@ -383,7 +383,7 @@ func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 }
 
 // ExpireSlot implements ring.Expirer: it drains every word of slot that
-// belongs to epoch through or older and accounts what it held as expired.
+// belongs to epoch through and accounts what it held as expired.
 func (h *History) ExpireSlot(slot int, through int64) int64 {
 	tag := ring.TagOf(through)
 	sh := &h.shared[slot]

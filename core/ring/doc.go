@@ -21,14 +21,18 @@
 // without reading their words.
 //
 // Expiry is exact. The record that advances the newest epoch drains (zeroes
-// and accounts) the slots that fell out of retention; Prune drains anything
-// left; a writer whose bucket expired while its write was in flight drains
-// its slot again after writing. Since every change is a CAS on a tagged
-// word, each observation is either in a retained bucket or has been
-// accounted as expired exactly once: recorded = retained + expired. Tags
-// are compared modulo 1<<TagBits, which is exact because a ring has at most
-// MaxSlots (1<<13) slots and every expired slot is drained when it leaves
-// retention, so no live word is ever half the tag space old.
+// and accounts) the epochs that fell out of retention; a writer claiming a
+// slot for a new epoch first makes sure the slot's previous epoch was
+// drained; Prune drains anything left; a writer whose bucket expired while
+// its write was in flight drains its epoch again after writing. Drains name
+// the exact epoch they expire. Since every change is a CAS on a tagged word,
+// each observation is either in a retained bucket or has been accounted as
+// expired exactly once: recorded = retained + expired. Tags are compared
+// modulo 1<<TagBits (lazy clear on write, straggler detection); because a
+// slot is drained before it takes a new epoch, the only way two far-apart
+// epochs meet in a slot is a straggler racing with a jump of the ring, and
+// even then its words are drained by their exact tag (an alias would need
+// the jump to be an exact multiple of 1<<TagBits buckets).
 //
 // Far-future timestamps: see Ring.Admit. One stray timestamp more than a
 // day (or one retention, if longer) ahead is refused and cannot wipe the

@@ -22,8 +22,9 @@ const DefaultMaxAheadNs = int64(24 * 3600 * 1e9)
 // hold.
 var ErrInvalidGeometry = errors.New("ring: invalid geometry")
 
-// Expirer drains the words of one slot that belong to the epoch through or
-// older; it returns the number of observations it drained. The structure
+// Expirer drains the words of one slot that belong to the epoch through
+// (exactly that epoch's tag); it returns the number of observations it
+// drained. The structure
 // built on a ring implements it; the ring decides when to call it.
 type Expirer interface {
 	ExpireSlot(slot int, through int64) int64
@@ -112,11 +113,11 @@ func (r *Ring) Slot(epoch int64) int { return int(epoch & r.mask) }
 // Newest is the newest recorded epoch, None before the first record.
 func (r *Ring) Newest() int64 { return r.newest.Load() }
 
-// First is the first epoch ever recorded, None before the first record.
+// First is the oldest epoch ever recorded, None before the first record.
 func (r *Ring) First() int64 { return r.first.Load() }
 
 // Oldest is the oldest retained epoch (None when empty): the newer of the
-// first recorded epoch and newest-keep.
+// oldest epoch ever recorded and newest-keep.
 func (r *Ring) Oldest() int64 {
 	n := r.newest.Load()
 	if n == None {
@@ -167,6 +168,7 @@ func (r *Ring) Admit(epoch int64, x Expirer) bool {
 				r.refusedOld.Add(1)
 				return false
 			}
+			r.lowerFirst(epoch)
 			return true
 		}
 		if epoch-n > r.maxAhead {
@@ -179,6 +181,16 @@ func (r *Ring) Admit(epoch int64, x Expirer) bool {
 		}
 		if r.advanceFrom(n, epoch, x) {
 			return true
+		}
+	}
+}
+
+// lowerFirst keeps first the oldest epoch ever admitted.
+func (r *Ring) lowerFirst(epoch int64) {
+	for {
+		f := r.first.Load()
+		if f <= epoch || r.first.CompareAndSwap(f, epoch) {
+			return
 		}
 	}
 }
@@ -227,15 +239,11 @@ func (r *Ring) advanceCount(n, epoch int64, x Expirer, got *int64) bool {
 		r.jumps.Add(1)
 	}
 	r.farEpoch.Store(None)
-	hi := epoch - r.keep - 1
-	lo := n - r.keep
-	if lim := hi - r.mask; lo < lim {
-		lo = lim
-	}
-	if lo < 0 {
-		lo = 0
-	}
-	for e := lo; e <= hi; e++ {
+	// Everything older than n-keep was drained by earlier advances, and
+	// nothing newer than n was written before this CAS: the epochs that
+	// just fell out and may hold data are [n-keep, min(n, epoch-keep-1)].
+	hi := min(epoch-r.keep-1, n)
+	for e := max(n-r.keep, 0); e <= hi; e++ {
 		*got += r.expire(r.Slot(e), e, x)
 	}
 	return true
@@ -243,9 +251,13 @@ func (r *Ring) advanceCount(n, epoch int64, x Expirer, got *int64) bool {
 
 // Claim marks the slot of epoch as holding it. It returns false when the
 // slot already holds a newer epoch: the caller is a straggler whose bucket
-// has just been reused, and must not write.
-func (r *Ring) Claim(epoch int64) bool {
-	st := &r.slots[epoch&r.mask]
+// has just been reused, and must not write. Before a slot moves to a new
+// epoch, the epoch it held is drained (normally the advance that expired it
+// has done so already), so a slot never mixes live words of two epochs that
+// are far apart (their tags could alias).
+func (r *Ring) Claim(epoch int64, x Expirer) bool {
+	s := int(epoch & r.mask)
+	st := &r.slots[s]
 	for {
 		se := st.epoch.Load()
 		if se == epoch {
@@ -253,6 +265,9 @@ func (r *Ring) Claim(epoch int64) bool {
 		}
 		if se > epoch {
 			return false
+		}
+		if se != None && st.drained.Load() < se {
+			r.expire(s, se, x)
 		}
 		if st.epoch.CompareAndSwap(se, epoch) {
 			return true
@@ -268,8 +283,9 @@ func (r *Ring) Holds(epoch int64) bool {
 
 // AfterWrite must be called after a write for epoch: if the epoch expired
 // while the write was in flight (a concurrent record advanced the ring), the
-// writer drains the slot itself, so that its count is accounted as expired
-// exactly once (the drainer that ran before the write could not see it).
+// writer drains its epoch's words itself, so that its count is accounted as
+// expired exactly once (the drainer that ran before the write could not see
+// it).
 func (r *Ring) AfterWrite(epoch int64, x Expirer) {
 	n := r.newest.Load()
 	if epoch < n-r.keep {
@@ -277,48 +293,43 @@ func (r *Ring) AfterWrite(epoch int64, x Expirer) {
 	}
 }
 
-// expire drains slot s through epoch through, unless nothing was written
-// there since its last drain.
+// expire drains the expired epoch through from slot s, unless it was
+// drained already. Only the slot's newest claimed epoch can hold data
+// (Claim drains the previous one first), so through is narrowed to it.
 func (r *Ring) expire(s int, through int64, x Expirer) int64 {
 	st := &r.slots[s]
-	d := st.drained.Load()
-	if d >= through {
+	se := st.epoch.Load()
+	if se == None {
 		return 0
 	}
-	se := st.epoch.Load()
-	var got int64
-	if se != None && se > d {
-		got = x.ExpireSlot(s, through)
+	target := min(se, through)
+	d := st.drained.Load()
+	if d >= target {
+		return 0
 	}
+	got := x.ExpireSlot(s, target)
 	for {
 		d = st.drained.Load()
-		if d >= through || st.drained.CompareAndSwap(d, through) {
+		if d >= target || st.drained.CompareAndSwap(d, target) {
 			break
 		}
 	}
 	return got
 }
 
-// Prune expires every slot that holds an epoch older than newest-keep and
+// Prune expires every slot whose epoch is older than newest-keep and
 // returns the observations expired by this call.
 func (r *Ring) Prune(x Expirer) int64 {
 	n := r.newest.Load()
 	if n == None {
 		return 0
 	}
-	top := n - r.keep - 1 // newest expired epoch
-	if top < 0 {
-		return 0
-	}
 	var got int64
-	size := r.mask + 1
-	for s := int64(0); s < size; s++ {
-		// the newest expired epoch that maps to slot s
-		e := top - ((top - s) & r.mask)
-		if e < 0 {
-			continue
+	for s := range r.slots {
+		se := r.slots[s].epoch.Load()
+		if se != None && se < n-r.keep {
+			got += r.expire(s, se, x)
 		}
-		got += r.expire(int(s), e, x)
 	}
 	return got
 }

@@ -112,12 +112,13 @@ func Value(w *atomic.Uint64, tag uint64) uint64 {
 	return WordValue(v)
 }
 
-// Drain zeroes w when it belongs to the epoch tagged through or an older
-// one, and returns the value it held. Newer words are left alone.
-func Drain(w *atomic.Uint64, through uint64) uint64 {
+// Drain zeroes w when it belongs to the epoch tagged tag and returns the
+// value it held. Words of other epochs are left alone: drains name the exact
+// epoch they expire, so they can never take a live word whose tag aliases.
+func Drain(w *atomic.Uint64, tag uint64) uint64 {
 	for {
 		old := w.Load()
-		if old == 0 || Compare(WordTag(old), through) == Newer {
+		if old == 0 || WordTag(old) != tag {
 			return 0
 		}
 		if w.CompareAndSwap(old, 0) {
