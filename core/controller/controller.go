@@ -77,6 +77,8 @@ type Controller struct {
 	journal  journalRing
 	latest   Decision
 	hasLast  bool
+	lastEv   *DemandEvidence
+	lastEvAt uint64
 	pendMove []Move
 
 	decisions [4]atomic.Uint64 // by basis (index in Bases)
@@ -383,6 +385,9 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	d := c.decide(nowNs)
 	c.journal.add(d)
 	c.latest, c.hasLast = d, true
+	if d.DemandEvidence != nil {
+		c.lastEv, c.lastEvAt = d.DemandEvidence, d.Seq
+	}
 	if c.sink != nil {
 		if err := c.sink.Write(&d); err != nil {
 			c.log.Error("journal sink", "err", err)

@@ -150,3 +150,14 @@ func (c *Controller) Latest() (Decision, bool) {
 	defer c.mu.Unlock()
 	return c.latest, c.hasLast
 }
+
+// LatestEvidence returns the demand_evidence of the latest decision that
+// captured one (a decode-to-prefill gate evaluation) and its sequence.
+func (c *Controller) LatestEvidence() (DemandEvidence, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastEv == nil {
+		return DemandEvidence{}, 0, false
+	}
+	return *c.lastEv, c.lastEvAt, true
+}

@@ -1,0 +1,420 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
+	"github.com/narwhal-io/narwhal/core/controller"
+)
+
+// Errors callers act on (compare with errors.Is).
+var (
+	ErrUnknownEngine = controller.ErrUnknownEngine
+	ErrInvalidInput  = errors.New("invalid input")
+)
+
+// Pre-built errors keep the per-request calls allocation-free even when
+// they refuse input.
+var (
+	errTokens      = fmt.Errorf("%w: token counts must be in [0, %d]", ErrInvalidInput, buckets.MaxTokens)
+	errTime        = fmt.Errorf("%w: timestamps must be > 0 and ordered (arrival <= first token <= now)", ErrInvalidInput)
+	errTooOld      = fmt.Errorf("%w: timestamp outside the retained history", ErrInvalidInput)
+	errEngine      = fmt.Errorf("admitted: %w", ErrUnknownEngine)
+	errEngineEmpty = fmt.Errorf("%w: engine id is empty", ErrInvalidInput)
+)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	actuator  controller.Actuator
+	sink      controller.Sink
+	stateFile string
+	profiles  *controller.ProfileSet
+	logger    *slog.Logger
+	history   []controller.Decision
+}
+
+// WithActuator sets who carries moves out (default: the journal-only dry
+// run, which completes every move at once in the role table).
+func WithActuator(a controller.Actuator) Option { return func(o *options) { o.actuator = a } }
+
+// WithJournalSink sets the journal sink, e.g. controller.NewJSONLinesSink.
+// Close closes it.
+func WithJournalSink(s controller.Sink) Option { return func(o *options) { o.sink = s } }
+
+// WithStateFile saves the controller state atomically to path after every
+// decision and restores it in New.
+func WithStateFile(path string) Option { return func(o *options) { o.stateFile = path } }
+
+// WithProfiles sets the latency profiles (default: the built-in ones).
+func WithProfiles(p *controller.ProfileSet) Option { return func(o *options) { o.profiles = p } }
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithJournalHistory seeds the in-memory journal with earlier decisions
+// (e.g. controller.LoadJournal of the journal file) so that sequence
+// numbers and Decisions continue across a restart.
+func WithJournalHistory(ds []controller.Decision) Option {
+	return func(o *options) { o.history = ds }
+}
+
+// Core is the embeddable Narwhal core: demand and attainment history fed
+// by a router's request lifecycle, the engine table fed by agents, and the
+// controller that moves engines between roles. Safe for concurrent use.
+type Core struct {
+	cfg      Config
+	demand   *buckets.Demand
+	arrivals *buckets.History
+	resid    *buckets.History
+	outputs  *buckets.History
+	att      *buckets.Attainment
+	prefillP *buckets.Pressure
+	decodeP  *buckets.Pressure
+	ctrl     *controller.Controller
+	log      *slog.Logger
+	sink     controller.Sink
+
+	stepNs, windowNs, shortNs int64
+	ttftNs, tpotNs            float64
+
+	stepMu    sync.Mutex
+	stateFile string
+	closeOnce sync.Once
+}
+
+// New builds a core. With WithStateFile, saved controller state is
+// restored (a missing file is a fresh start).
+func New(cfg Config, opts ...Option) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	c := &Core{cfg: cfg, log: o.logger, sink: o.sink, stateFile: o.stateFile,
+		stepNs: secNs(cfg.StepS), windowNs: secNs(cfg.DemandWindowS), shortNs: secNs(cfg.MinEvidenceSpanS),
+		ttftNs: cfg.TTFTSLOS * 1e9, tpotNs: cfg.TPOTSLOS * 1e9}
+	width := buckets.BucketWidth(c.stepNs, c.shortNs)
+	var err error
+	if c.demand, err = buckets.NewDemand(buckets.DemandConfig{BucketWidthNs: width, DemandWindowNs: c.windowNs}); err != nil {
+		return nil, fmt.Errorf("core: demand history: %w", err)
+	}
+	c.arrivals = c.demand.History(buckets.KindArrivals)
+	c.resid = c.demand.History(buckets.KindResidency)
+	c.outputs = c.demand.History(buckets.KindOutputs)
+	if c.att, err = buckets.NewAttainment(secNs(cfg.MonitorIntervalS), 4*c.windowNs); err != nil {
+		return nil, fmt.Errorf("core: attainment: %w", err)
+	}
+	if c.prefillP, err = buckets.NewPressure(width, c.windowNs); err != nil {
+		return nil, fmt.Errorf("core: prefill pressure: %w", err)
+	}
+	if c.decodeP, err = buckets.NewPressure(width, c.windowNs); err != nil {
+		return nil, fmt.Errorf("core: decode pressure: %w", err)
+	}
+	copts := []controller.Option{controller.WithLogger(o.logger)}
+	if o.actuator != nil {
+		copts = append(copts, controller.WithActuator(o.actuator))
+	}
+	if o.sink != nil {
+		copts = append(copts, controller.WithSink(o.sink))
+	}
+	if o.history != nil {
+		copts = append(copts, controller.WithHistory(o.history))
+	}
+	tm := controller.Timing{StepNs: c.stepNs, ShortNs: c.shortNs, LongNs: c.windowNs, TTFTSLOS: cfg.TTFTSLOS, TPOTSLOS: cfg.TPOTSLOS}
+	if c.ctrl, err = controller.New(cfg.Controller, tm, o.profiles, copts...); err != nil {
+		return nil, fmt.Errorf("core: controller: %w", err)
+	}
+	if c.stateFile != "" {
+		st, err := controller.LoadState(c.stateFile)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("core: %w", err)
+		default:
+			if err := c.ctrl.Restore(st); err != nil {
+				return nil, fmt.Errorf("core: restore %s: %w", c.stateFile, err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Config returns the configuration the core runs with.
+func (c *Core) Config() Config { return c.cfg }
+
+// Controller returns the controller (for tools and tests).
+func (c *Core) Controller() *controller.Controller { return c.ctrl }
+
+func badTokens(xs ...int64) bool {
+	for _, x := range xs {
+		if x < 0 || x > buckets.MaxTokens {
+			return true
+		}
+	}
+	return false
+}
+
+// OfferStarted: a request body is being read (demand_history.unsized.pending).
+func (c *Core) OfferStarted(nowNs int64) { c.demand.OfferStarted() }
+
+// OfferAbandoned: an offer ended before it was sized.
+func (c *Core) OfferAbandoned(nowNs int64) { c.demand.OfferUnsizedEnd(nowNs) }
+
+// OfferSized records a parsed offer at its arrival time with a local input
+// estimate (e.g. body bytes / 4) and its requested output tokens.
+func (c *Core) OfferSized(arrivalNs, estInput, reqOutput int64) error {
+	if badTokens(estInput, reqOutput) {
+		return errTokens
+	}
+	if arrivalNs <= 0 {
+		return errTime
+	}
+	if !c.demand.OfferSized(arrivalNs, buckets.Shape{Input: estInput, Output: reqOutput}) {
+		return errTooOld
+	}
+	return nil
+}
+
+// Tokenized reprices an offer at its original arrival time from the local
+// estimate to the exact input. A bucket that is gone is ignored.
+func (c *Core) Tokenized(arrivalNs, estInput, exactInput, reqOutput int64) error {
+	if badTokens(estInput, exactInput, reqOutput) {
+		return errTokens
+	}
+	if arrivalNs <= 0 {
+		return errTime
+	}
+	if estInput != exactInput {
+		c.arrivals.Reprice(arrivalNs, buckets.Shape{Input: estInput, Output: reqOutput}, buckets.Shape{Input: exactInput, Output: reqOutput})
+	}
+	return nil
+}
+
+// Admitted records work placed on an engine (residency history).
+func (c *Core) Admitted(nowNs int64, engineID string, input, reqOutput int64) error {
+	if badTokens(input, reqOutput) {
+		return errTokens
+	}
+	if nowNs <= 0 {
+		return errTime
+	}
+	if engineID == "" {
+		return errEngineEmpty
+	}
+	if !c.ctrl.Roles().Known(engineID) {
+		return errEngine
+	}
+	if !c.resid.Record(nowNs, buckets.Shape{Input: input, Output: reqOutput}) {
+		return errTooOld
+	}
+	return nil
+}
+
+// Refused records a predictive refusal (attainment outcome refused).
+func (c *Core) Refused(nowNs int64) error {
+	if nowNs <= 0 {
+		return errTime
+	}
+	if !c.att.Record(nowNs, buckets.OutcomeRefused, false, false) {
+		return errTooOld
+	}
+	return nil
+}
+
+// FirstToken records an observed TTFT: observed prefill pressure is TTFT
+// / TTFT SLO.
+func (c *Core) FirstToken(nowNs, arrivalNs int64) error {
+	if arrivalNs <= 0 || nowNs < arrivalNs {
+		return errTime
+	}
+	if !c.prefillP.Record(nowNs, float64(nowNs-arrivalNs)/c.ttftNs) {
+		return errTooOld
+	}
+	return nil
+}
+
+// Completed records a finished request: attainment (TTFT and TPOT met),
+// the outputs history (requested vs actual output tokens) and observed
+// decode pressure TPOT / TPOT SLO, where TPOT = (now − first token) /
+// (output tokens − 1). firstTokenNs 0 means the first token came at now.
+func (c *Core) Completed(nowNs, arrivalNs, firstTokenNs, reqOutput, outputTokens int64) error {
+	if badTokens(reqOutput, outputTokens) {
+		return errTokens
+	}
+	if firstTokenNs == 0 {
+		firstTokenNs = nowNs
+	}
+	if arrivalNs <= 0 || firstTokenNs < arrivalNs || nowNs < firstTokenNs {
+		return errTime
+	}
+	ttftMet := float64(firstTokenNs-arrivalNs) <= c.ttftNs
+	tpotMet := true
+	var ratio float64
+	if outputTokens > 1 {
+		ratio = float64(nowNs-firstTokenNs) / float64(outputTokens-1) / c.tpotNs
+		tpotMet = ratio <= 1
+	}
+	if !c.att.Record(nowNs, buckets.OutcomeCompleted, ttftMet, tpotMet) {
+		return errTooOld
+	}
+	c.outputs.Record(nowNs, buckets.Shape{Input: reqOutput, Output: outputTokens})
+	if outputTokens > 1 {
+		c.decodeP.Record(nowNs, ratio)
+	}
+	return nil
+}
+
+func (c *Core) ended(o buckets.Outcome, nowNs, arrivalNs, firstTokenNs int64) error {
+	if arrivalNs <= 0 || nowNs < arrivalNs || (firstTokenNs != 0 && (firstTokenNs < arrivalNs || firstTokenNs > nowNs)) {
+		return errTime
+	}
+	ttftMet := firstTokenNs != 0 && float64(firstTokenNs-arrivalNs) <= c.ttftNs
+	if !c.att.Record(nowNs, o, ttftMet, false) {
+		return errTooOld
+	}
+	return nil
+}
+
+// Failed records a request that failed (firstTokenNs 0 when none came).
+func (c *Core) Failed(nowNs, arrivalNs, firstTokenNs int64) error {
+	return c.ended(buckets.OutcomeFailed, nowNs, arrivalNs, firstTokenNs)
+}
+
+// Expired records a request that ran past its deadline.
+func (c *Core) Expired(nowNs, arrivalNs, firstTokenNs int64) error {
+	return c.ended(buckets.OutcomeExpired, nowNs, arrivalNs, firstTokenNs)
+}
+
+// UpsertEngine adds or replaces an engine.
+func (c *Core) UpsertEngine(e controller.Engine) error { return c.ctrl.UpsertEngine(e) }
+
+// RemoveEngine drops an engine.
+func (c *Core) RemoveEngine(id string) error { return c.ctrl.RemoveEngine(id) }
+
+// UpdateEngine records an engine's residency, KV capacity and liveness.
+func (c *Core) UpdateEngine(id string, nowNs int64, res controller.Resident, kvCapacityTokens int64, live bool) error {
+	return c.ctrl.UpdateEngine(id, nowNs, res, kvCapacityTokens, live)
+}
+
+// MoveDone completes a move started through the actuator.
+func (c *Core) MoveDone(engineID string, nowNs int64, err error) {
+	c.ctrl.MoveDone(engineID, nowNs, err)
+}
+
+// Engines returns the engine table sorted by id.
+func (c *Core) Engines() []controller.Engine { return c.ctrl.Engines() }
+
+// Roles returns the current role table: a lock-free atomic load, 0
+// allocations.
+func (c *Core) Roles() *controller.RoleTable { return c.ctrl.Roles() }
+
+// inputs reads the live histories for one step.
+func (c *Core) inputs(nowNs int64) controller.Inputs {
+	from := nowNs - c.shortNs
+	p, d := c.prefillP.Window(from, nowNs), c.decodeP.Window(from, nowNs)
+	return controller.Inputs{
+		Arrivals:        c.arrivals,
+		Outputs:         c.outputs,
+		PendingUnsized:  c.demand.Pending(),
+		ObservedPrefill: controller.PhaseObservation{Count: p.Count, Mean: p.Mean, Max: p.Max},
+		ObservedDecode:  controller.PhaseObservation{Count: d.Count, Mean: d.Mean, Max: d.Max},
+	}
+}
+
+// Step runs one controller step at nowNs (virtual or real time) and, with
+// a state file, saves the controller state.
+func (c *Core) Step(nowNs int64) controller.Decision {
+	c.stepMu.Lock()
+	defer c.stepMu.Unlock()
+	c.demand.Advance(nowNs)
+	c.att.Advance(nowNs)
+	c.prefillP.Advance(nowNs)
+	c.decodeP.Advance(nowNs)
+	d := c.ctrl.Step(nowNs, c.inputs(nowNs))
+	c.saveState()
+	return d
+}
+
+func (c *Core) saveState() {
+	if c.stateFile == "" {
+		return
+	}
+	if err := controller.SaveState(c.stateFile, c.ctrl.State()); err != nil {
+		c.log.Error("core: save state", "err", err)
+	}
+}
+
+// Run calls Step every StepS on the wall clock until ctx ends; it is the
+// only place in the core that reads the wall clock.
+func (c *Core) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Duration(c.stepNs))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			c.Step(now.UnixNano())
+		}
+	}
+}
+
+// Decisions returns up to limit journal records with Seq > sinceSeq.
+func (c *Core) Decisions(sinceSeq uint64, limit int) []controller.Decision {
+	return c.ctrl.Decisions(sinceSeq, limit)
+}
+
+// Collectors returns the Prometheus collectors (read at scrape time): the
+// demand history (narwhal_demand_history_*), the controller
+// (narwhal_controller_*, narwhal_engines) and SLO attainment.
+func (c *Core) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		buckets.NewCollector(c.demand),
+		c.ctrl.Collector(),
+		buckets.NewAttainmentCollector(c.att, c.latestNs),
+	}
+}
+
+// latestNs is "now" for scrape-time attainment: the last step's time (the
+// core never reads the wall clock outside Run).
+func (c *Core) latestNs() int64 {
+	if d, ok := c.ctrl.Latest(); ok {
+		return d.AtNs
+	}
+	return 0
+}
+
+// Close saves the state and flushes and closes the journal sink.
+func (c *Core) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.stepMu.Lock()
+		defer c.stepMu.Unlock()
+		if c.stateFile != "" {
+			if e := controller.SaveState(c.stateFile, c.ctrl.State()); e != nil {
+				err = fmt.Errorf("core close: %w", e)
+			}
+		}
+		if c.sink != nil {
+			if e := c.sink.Close(); e != nil {
+				err = errors.Join(err, fmt.Errorf("core close: %w", e))
+			}
+		}
+	})
+	return err
+}
