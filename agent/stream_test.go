@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-io/narwhal/core/wire"
+)
+
+func TestQueueDropsOldest(t *testing.T) {
+	s := NewStreamer(StreamConfig{URL: "http://127.0.0.1:1", Node: "n", Epoch: 7, QueueSize: 3, Now: func() int64 { return 5 }})
+	for i := 0; i < 5; i++ {
+		s.Enqueue(wire.KindHeartbeat, nil)
+	}
+	st := s.Status()
+	if st.Queued != 3 || st.Dropped != 2 || st.Seq != 5 {
+		t.Fatalf("unexpected status; got %+v; want 3 queued, 2 dropped, seq 5", st)
+	}
+	s.mu.Lock()
+	seqs := []uint64{s.queue[0].Seq, s.queue[1].Seq, s.queue[2].Seq}
+	s.mu.Unlock()
+	if seqs[0] != 3 || seqs[2] != 5 {
+		t.Fatalf("unexpected queued sequences; got %v; want [3 4 5]", seqs)
+	}
+}
+
+func TestBackoffJitterBounds(t *testing.T) {
+	s := NewStreamer(StreamConfig{BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second})
+	f := func(n int, hi time.Duration) {
+		t.Helper()
+		for i := 0; i < 200; i++ {
+			d := s.backoff(n)
+			if d < 100*time.Millisecond || d > hi {
+				t.Fatalf("failure %d: backoff %v outside [100ms, %v]", n, d, hi)
+			}
+		}
+	}
+	f(1, 100*time.Millisecond)
+	f(2, 200*time.Millisecond)
+	f(4, 800*time.Millisecond)
+	f(50, time.Second)
+}
+
+// recorder is a fake core: it answers with codes from a script, then 200,
+// and records every report it accepted.
+type recorder struct {
+	mu     sync.Mutex
+	script []int
+	auths  []string
+	got    []wire.Report
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.auths = append(r.auths, req.Header.Get("Authorization"))
+	if len(r.script) > 0 {
+		code := r.script[0]
+		r.script = r.script[1:]
+		w.WriteHeader(code)
+		return
+	}
+	var b wire.Batch
+	if err := json.NewDecoder(req.Body).Decode(&b); err != nil || b.Validate() != nil {
+		w.WriteHeader(400)
+		return
+	}
+	r.got = append(r.got, b.Reports...)
+	_ = json.NewEncoder(w).Encode(wire.Ack{Accepted: len(b.Reports)})
+}
+
+func (r *recorder) kinds() []wire.Kind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []wire.Kind
+	for _, rep := range r.got {
+		ks = append(ks, rep.Kind)
+	}
+	return ks
+}
+
+func TestStreamerReconnectsInOrderWithHello(t *testing.T) {
+	rec := &recorder{script: []int{503, 503, 401}}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	s := NewStreamer(StreamConfig{
+		URL: srv.URL, Node: "n", Epoch: 9, QueueSize: 16, HeartbeatNs: int64(time.Hour),
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Token: func() (string, error) { return "tok", nil },
+		Hello: func() wire.Hello { return wire.Hello{AgentVersion: "t"} },
+	})
+	s.EnqueueHello()
+	s.Enqueue(wire.KindSnapshot, &wire.Snapshot{})
+	s.Enqueue(wire.KindLiveness, &wire.Liveness{Engine: "e1", Reason: "exit"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	waitFor(t, "delivery after 3 failures", func() bool { return len(rec.kinds()) >= 4 })
+	cancel()
+	<-done
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	// hello, snapshot, liveness in order, then the hello re-sent after the outage
+	want := []wire.Kind{wire.KindHello, wire.KindSnapshot, wire.KindLiveness, wire.KindHello}
+	for i, k := range want {
+		if rec.got[i].Kind != k || rec.got[i].Epoch != 9 || rec.got[i].Seq != uint64(i+1) {
+			t.Fatalf("report %d: got %s epoch %d seq %d; want %s epoch 9 seq %d", i, rec.got[i].Kind, rec.got[i].Epoch, rec.got[i].Seq, k, i+1)
+		}
+	}
+	for _, a := range rec.auths {
+		if a != "Bearer tok" {
+			t.Fatalf("unexpected Authorization %q", a)
+		}
+	}
+	if st := s.Status(); st.Queued != 0 || st.Failures != 0 || st.LastAckNs == 0 {
+		t.Fatalf("unexpected status; got %+v", st)
+	}
+}
+
+func TestStreamerDropsRefusedBatchAndHeartbeats(t *testing.T) {
+	rec := &recorder{script: []int{400}}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	s := NewStreamer(StreamConfig{URL: srv.URL, Node: "n", Epoch: 1, HeartbeatNs: int64(20 * time.Millisecond),
+		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+	s.Enqueue(wire.KindSnapshot, &wire.Snapshot{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	waitFor(t, "a heartbeat", func() bool { return len(rec.kinds()) >= 1 })
+	cancel()
+	<-done
+	if k := rec.kinds(); k[0] != wire.KindHeartbeat {
+		t.Fatalf("unexpected first accepted report; got %v; want heartbeat (the refused snapshot dropped)", k)
+	}
+}
