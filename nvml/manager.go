@@ -3,6 +3,7 @@ package nvml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -60,12 +61,12 @@ func (m *Manager) Devices(ctx context.Context, nowNs int64) ([]Device, error) {
 	defer m.mu.Unlock()
 	if !m.st.Available {
 		if nowNs < m.st.NextRetryNs {
-			return nil, errors.Join(ErrUnavailable, errors.New(m.st.Reason))
+			return nil, fmt.Errorf("%w: %s", ErrUnavailable, m.st.Reason)
 		}
 		m.st.Attempts++
 		if err := m.c.Init(ctx); err != nil {
 			m.degrade(nowNs, err)
-			return nil, errors.Join(ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		m.log.Info("NVML initialized", "attempts", m.st.Attempts)
 		m.st = Status{Available: true, Attempts: m.st.Attempts}
@@ -75,7 +76,7 @@ func (m *Manager) Devices(ctx context.Context, nowNs int64) ([]Device, error) {
 	if err != nil {
 		// a hung or failing library: go degraded and re-init later
 		m.degrade(nowNs, err)
-		return nil, errors.Join(ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	m.st.LastReadNs = nowNs
 	return ds, nil

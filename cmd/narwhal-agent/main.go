@@ -1,0 +1,237 @@
+// Command narwhal-agent runs on every GPU node (a Kubernetes DaemonSet): it
+// reads NVML, the engines' metrics and their liveness, and streams them to
+// narwhal-core. See package agent.
+//
+// Usage:
+//
+//	narwhal-agent [run] -config /etc/narwhal/agent.yaml [-listen :9400] [-log-level info]
+//	narwhal-agent scrape -kind vllm -url http://127.0.0.1:8000/metrics [-json]
+//	narwhal-agent scrape -kind sglang -file metrics.txt [-layers 32 -kv-heads 8 -head-dim 128 -dtype-bytes 2 -tp 1 -gpu-mem-gib 80]
+//
+// run serves /healthz (200 when data is fresh, 503 with the problems
+// otherwise, JSON either way) and /metrics (narwhal_agent_*).
+// scrape reads one engine's metrics once and prints what the agent reads
+// from it, and the KV limit cross-check when a geometry is given.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/agent/liveness"
+	"github.com/narwhal-io/narwhal/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "scrape" {
+		return scrape(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "run" {
+		args = args[1:]
+	}
+	return serve(args, stderr)
+}
+
+func scrape(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scrape", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kind := fs.String("kind", "vllm", "engine kind: vllm or sglang")
+	url := fs.String("url", "", "engine metrics URL")
+	file := fs.String("file", "", "file holding a metrics body (instead of -url)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 5*time.Second, "scrape timeout")
+	var g agent.Geometry
+	fs.Int64Var(&g.Layers, "layers", 0, "model layers (for the KV cross-check)")
+	fs.Int64Var(&g.KVHeads, "kv-heads", 0, "model KV heads")
+	fs.Int64Var(&g.HeadDim, "head-dim", 0, "model head dimension")
+	fs.Int64Var(&g.DTypeBytes, "dtype-bytes", 0, "KV cache dtype bytes (bf16: 2)")
+	fs.Int64Var(&g.TP, "tp", 1, "tensor-parallel degree")
+	memGiB := fs.Float64("gpu-mem-gib", 0, "GPU memory in GiB (for the KV cross-check; 0: skip)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if (*url == "") == (*file == "") {
+		fmt.Fprintln(stderr, "narwhal-agent scrape: give exactly one of -url or -file")
+		return 2
+	}
+	var m agent.EngineMetrics
+	var err error
+	if *file != "" {
+		var f *os.File
+		f, err = os.Open(*file)
+		if err == nil {
+			m, err = agent.ParseEngineMetrics(agent.EngineKind(*kind), f)
+			f.Close()
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		m, err = agent.Scrape(ctx, http.DefaultClient, agent.EngineKind(*kind), *url)
+		cancel()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "narwhal-agent scrape:", err)
+		return 1
+	}
+	var lim *agent.KVLimit
+	if !g.Zero() || *memGiB > 0 {
+		l := agent.CrossCheck(m.CapacityTokens, uint64(*memGiB*(1<<30)), g, m.GPUMemoryUtilization)
+		lim = &l
+	}
+	if *asJSON {
+		out := struct {
+			Metrics agent.EngineMetrics `json:"metrics"`
+			KVUsage *float64            `json:"kv_usage"`
+			KV      *agent.KVLimit      `json:"kv_limit,omitempty"`
+		}{Metrics: m, KV: lim}
+		if m.KVUsage == m.KVUsage { // not NaN
+			out.KVUsage = &m.KVUsage
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return 0
+	}
+	num := func(v int64) string {
+		if v < 0 {
+			return "unknown"
+		}
+		return fmt.Sprint(v)
+	}
+	fmt.Fprintf(stdout, "engine kind        %s\n", m.Kind)
+	fmt.Fprintf(stdout, "running requests   %s\n", num(m.Running))
+	fmt.Fprintf(stdout, "waiting requests   %s\n", num(m.Waiting))
+	if m.KVUsage == m.KVUsage {
+		fmt.Fprintf(stdout, "kv usage           %.4f (%s)\n", m.KVUsage, m.UsageMetric)
+	} else {
+		fmt.Fprintf(stdout, "kv usage           unknown\n")
+	}
+	fmt.Fprintf(stdout, "kv tokens used     %s\n", num(m.KVUsedTokens))
+	fmt.Fprintf(stdout, "kv capacity tokens %s\n", num(max(m.CapacityTokens, 0)))
+	if m.NumGPUBlocks > 0 {
+		fmt.Fprintf(stdout, "  = num_gpu_blocks %d × block_size %d\n", m.NumGPUBlocks, m.BlockSize)
+	}
+	if m.GPUMemoryUtilization > 0 {
+		fmt.Fprintf(stdout, "gpu mem util       %.2f\n", m.GPUMemoryUtilization)
+	}
+	if len(m.Missing) > 0 {
+		fmt.Fprintf(stdout, "missing            %s\n", strings.Join(m.Missing, ", "))
+	}
+	for _, n := range m.Notes {
+		fmt.Fprintf(stdout, "note               %s\n", n)
+	}
+	if lim != nil {
+		fmt.Fprintf(stdout, "kv bytes/token     %d\n", lim.BytesPerToken)
+		fmt.Fprintf(stdout, "kv nvml bound      %d tokens\n", lim.BoundTokens)
+		fmt.Fprintf(stdout, "kv limit           %d tokens (%s)\n", lim.Tokens, lim.Source)
+		if lim.Disagreement != "" {
+			fmt.Fprintf(stdout, "kv disagreement    %s\n", lim.Disagreement)
+		}
+	}
+	return 0
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("narwhal-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "/etc/narwhal/agent.yaml", "configuration file (YAML)")
+	listen := fs.String("listen", ":9400", "address for /healthz and /metrics")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintln(stderr, "narwhal-agent: -log-level:", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	cfg, err := agent.LoadConfig(*cfgPath)
+	if err != nil {
+		log.Error("configuration refused", "err", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	gpus := nvml.NewManager(nvml.Library(), time.Duration(cfg.NVMLTimeoutS*1e9), log)
+	defer func() { _ = gpus.Close(context.Background()) }()
+	if _, err := gpus.Devices(ctx, time.Now().UnixNano()); err != nil {
+		log.Warn("NVML unavailable at start: degraded mode, retrying", "err", err)
+	}
+	opts := []agent.Option{agent.WithNVML(gpus), agent.WithLogger(log)}
+	pollNs := int64(cfg.ProcPollS * 1e9)
+	switch cfg.Liveness {
+	case "auto":
+		w, reason := liveness.New(ctx, pollNs, log)
+		defer w.Close()
+		opts = append(opts, agent.WithWatcher(w, reason))
+	case "ebpf":
+		w, err := liveness.NewBPF(log)
+		if err != nil {
+			log.Error("liveness: ebpf requested but unavailable", "err", err)
+			return 1
+		}
+		defer w.Close()
+		opts = append(opts, agent.WithWatcher(w, ""))
+	case "proc":
+		w := liveness.NewProc("/proc", 256)
+		go w.Run(ctx, pollNs)
+		defer w.Close()
+		opts = append(opts, agent.WithWatcher(w, "configured: proc"))
+	}
+	a, err := agent.New(cfg, opts...)
+	if err != nil {
+		log.Error("agent refused the configuration", "err", err)
+		return 2
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(a.Collectors()...)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		h := a.Health(time.Now().UnixNano())
+		w.Header().Set("Content-Type", "application/json")
+		if !h.OK {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(h)
+	})
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server failed", "err", err)
+			stop()
+		}
+	}()
+	log.Info("narwhal-agent started", "node", cfg.Node, "engines", len(cfg.Engines), "core", cfg.CoreURL,
+		"epoch", a.Epoch(), "listen", *listen, "nvml", gpus.Status())
+	err = a.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err != nil {
+		log.Error("agent stopped", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestScrapeFile(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"scrape", "-kind", "vllm", "-file", "../../agent/testdata/vllm_new.prom",
+		"-layers", "32", "-kv-heads", "8", "-head-dim", "128", "-dtype-bytes", "2", "-gpu-mem-gib", "40"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"running requests   12", "kv capacity tokens 91056", "= num_gpu_blocks 5691 × block_size 16",
+		"kv bytes/token     131072", "kv nvml bound      294912 tokens", "kv limit           91056 tokens (engine)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestScrapeJSONAndErrors(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"scrape", "-kind", "sglang", "-json", "-file", "../../agent/testdata/sglang.prom"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var v struct {
+		Metrics struct {
+			CapacityTokens int64 `json:"capacity_tokens"`
+			KVUsedTokens   int64 `json:"kv_used_tokens"`
+		} `json:"metrics"`
+		KVUsage *float64 `json:"kv_usage"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v.Metrics.CapacityTokens != 430000 ||
+		v.Metrics.KVUsedTokens != 30123 || v.KVUsage == nil || *v.KVUsage != 0.07 {
+		t.Fatalf("unexpected JSON (%v): %s", err, out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"scrape", "-file", "../../agent/testdata/garbage.txt"}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "not in the text exposition format") {
+		t.Fatalf("garbage: exit %d, %q", code, errb.String())
+	}
+	if code := run([]string{"scrape"}, &out, &errb); code != 2 {
+		t.Fatalf("no source: exit %d; want 2", code)
+	}
+	if code := run([]string{"-config", "/nonexistent.yaml"}, &out, &errb); code != 2 {
+		t.Fatalf("missing config: exit %d; want 2", code)
+	}
+}
