@@ -37,11 +37,12 @@ type engine struct {
 	batch     []int32
 	heldKV    int64 // prompts being computed or waiting for their KV transfer
 	// decode side
-	seqs     []int32
-	sumCtx   int64 // Σ (prompt + generated) over seqs
-	reserved int64 // KV tokens reserved by resident and incoming sequences
-	incoming int   // transfers in flight to this engine
-	stepping bool
+	seqs       []int32
+	sumCtx     int64 // Σ (prompt + generated) over seqs
+	reserved   int64 // KV tokens reserved by resident and incoming sequences
+	incoming   int   // transfers in flight to this engine
+	incomingKV int64 // their prompt tokens
+	stepping   bool
 	// a move started by a policy, reported back when the switch ends
 	moveFromPolicy bool
 }
@@ -71,7 +72,10 @@ func (e *engine) resident(now int64) controller.Resident {
 		res.RunningPrefillS = float64(e.busyUntil-now) / 1e9
 	}
 	res.DecodeSeqs = int64(len(e.seqs) + e.incoming)
-	res.KVTokens = e.reserved + e.heldKV
+	// What an agent reads from the engine: KV tokens in use now (resident
+	// contexts, prompts arriving or held for transfer), not the simulator's
+	// reservation of the final context.
+	res.KVTokens = e.sumCtx + e.incomingKV + e.heldKV
 	return res
 }
 

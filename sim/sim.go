@@ -331,6 +331,7 @@ func (s *simulator) dispatchTransfers() {
 		e := &s.eng[best]
 		e.reserved += need
 		e.incoming++
+		e.incomingKV += r.InputTokens
 		r.decodeKV = need
 		r.decodeEng = int32(best)
 		d := s.xferLatNs + int64(float64(r.InputTokens)*s.xferNsPerTk)
@@ -347,6 +348,7 @@ func (s *simulator) transferDone(e *engine, ri int32) {
 	pe.heldKV -= r.prefillKV
 	r.prefillKV = 0
 	e.incoming--
+	e.incomingKV -= r.InputTokens
 	e.seqs = append(e.seqs, ri)
 	e.sumCtx += r.InputTokens + r.generated
 	if !e.stepping {

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/sim"
 )
 
@@ -70,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switchS := fs.Float64("switch-s", d.SwitchS, "role switch time after the drain, seconds")
 	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal and threshold (0: engines/4)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,6 +109,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !*quiet {
 		opts = append(opts, sim.WithProgress(stderr))
 		fmt.Fprintf(stderr, "narwhal-sim: %d requests from %d trace(s), policy %s, %d engines\n", len(reqs), len(traces), cfg.Policy, cfg.Engines)
+	}
+	if *decisions != "" {
+		f, err := os.Create(*decisions)
+		if err != nil {
+			return fmt.Errorf("decisions: %w", err)
+		}
+		defer f.Close()
+		bw := bufio.NewWriter(f)
+		defer bw.Flush()
+		enc := json.NewEncoder(bw)
+		opts = append(opts, sim.WithDecisionHook(func(d controller.Decision) { _ = enc.Encode(d) }))
 	}
 	res, err := sim.Run(ctx, cfg, reqs, opts...)
 	if err != nil {
