@@ -118,6 +118,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		a.epoch = uint64(max(a.now(), 1))
 	}
 	for _, e := range cfg.Engines {
+		if e.Node != "" && e.Node != cfg.Node {
+			continue
+		}
 		r, _ := controller.ParseRole(e.Role)
 		st := &engineState{cfg: e, role: r, metrics: EngineMetrics{Running: -1, Waiting: -1, KVUsedTokens: -1}}
 		a.engines = append(a.engines, st)

@@ -103,3 +103,18 @@ engines:
 	f(strings.Replace(good, "layers: 32", "layers: -1", 1), "engines[0].geometry")
 	f(good+"scrape_interval_s: -1\n", "scrape_interval_s = -1")
 }
+
+func TestEngineNodeFilter(t *testing.T) {
+	cfg := Config{Node: "n1", Engines: []EngineConfig{
+		{ID: "a", Node: "n1", Kind: KindVLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+		{ID: "b", Node: "n2", Kind: KindVLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+		{ID: "c", Kind: KindVLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+	}}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := a.hello(); strings.Join(h.Engines, ",") != "a,c" {
+		t.Fatalf("unexpected engines for n1; got %v; want [a c]", h.Engines)
+	}
+}

@@ -43,7 +43,10 @@ type Config struct {
 
 // EngineConfig is one engine on this node.
 type EngineConfig struct {
-	ID         string     `yaml:"id"`
+	ID string `yaml:"id"`
+	// Node, when set, limits the engine to the agent of that node (so one
+	// ConfigMap can serve a whole DaemonSet).
+	Node       string     `yaml:"node"`
 	Kind       EngineKind `yaml:"kind"`
 	MetricsURL string     `yaml:"metrics_url"`
 	// PID and Port are watched for liveness (0 = not watched).
