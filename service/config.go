@@ -236,11 +236,13 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.Core.Validate(); err != nil {
+		// The facade says "invalid config: step_s must be ..."; name the
+		// field by its full path in this file instead.
 		msg := err.Error()
-		if !strings.HasPrefix(msg, "core.") {
-			msg = "core." + msg
+		for strings.HasPrefix(msg, "invalid config: ") {
+			msg = strings.TrimPrefix(msg, "invalid config: ")
 		}
-		bad("%s", msg)
+		bad("core.%s", msg)
 	}
 	if len(errs) == 0 {
 		return nil

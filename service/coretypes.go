@@ -1,36 +1,72 @@
 package service
 
 import (
+	"errors"
 	"fmt"
-	"github.com/narwhal-io/narwhal/core/controller"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/narwhal-io/narwhal/core"
+	"github.com/narwhal-io/narwhal/core/controller"
 )
 
 // The facade's introspection types, named once so that the Core interface
 // matches *core.Core exactly. The service only encodes them as JSON.
+type (
+	roleTable  = controller.RoleTable
+	decision   = controller.Decision
+	coreState  = core.State
+	coreConfig = core.Config
+)
 
-type roleTable = controller.RoleTable
+func defaultCoreConfig() coreConfig { return core.DefaultConfig() }
 
-type decision = controller.Decision
+// *core.Core is the production Core.
+var _ Core = (*core.Core)(nil)
 
-type coreState = map[string]any
+// Data directory file names.
+const (
+	JournalFile = "journal.jsonl"
+	StateFile   = "state.json"
+)
 
-// coreConfig is a placeholder until core.Config lands.
-type coreConfig struct {
-	StepS float64 `yaml:"step_s" json:"step_s"`
-}
-
-func defaultCoreConfig() coreConfig { return coreConfig{StepS: 1} }
-
-func (c coreConfig) Validate() error {
-	if !(c.StepS > 0) {
-		return fmt.Errorf("step_s must be > 0, got %v", c.StepS)
+// NewCore builds the facade from cfg.Core. With a data directory it
+// appends decisions to DataDir/journal.jsonl (and reloads its tail, so
+// sequence numbers and GET /v1/decisions continue across restarts) and
+// saves the controller state to DataDir/state.json after every step
+// (restored here, so cooldown and dwell survive a restart). Without one the
+// core is a dry run kept in memory.
+func NewCore(cfg Config, logger *slog.Logger) (*core.Core, error) {
+	opts := []core.Option{core.WithLogger(logger)}
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("service: data_dir: %w", err)
+		}
+		journal := filepath.Join(cfg.DataDir, JournalFile)
+		history, err := controller.LoadJournal(journal, cfg.Core.Controller.JournalRing)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("service: %w", err)
+		}
+		sink, err := controller.NewJSONLinesSink(journal)
+		if err != nil {
+			return nil, fmt.Errorf("service: %w", err)
+		}
+		opts = append(opts, core.WithJournalSink(sink), core.WithStateFile(filepath.Join(cfg.DataDir, StateFile)))
+		if len(history) > 0 {
+			opts = append(opts, core.WithJournalHistory(history))
+		}
+		c, err := core.New(cfg.Core, opts...)
+		if err != nil {
+			_ = sink.Close()
+			return nil, fmt.Errorf("service: %w", err)
+		}
+		return c, nil
 	}
-	return nil
-}
-
-// NewCore builds the facade from cfg.Core with the data directory's journal
-// and state file. Placeholder until the facade lands.
-func NewCore(cfg Config, logger *slog.Logger) (Core, error) {
-	return nil, fmt.Errorf("service: the core facade is not built yet")
+	c, err := core.New(cfg.Core, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	return c, nil
 }

@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"fmt"
+	"github.com/narwhal-io/narwhal/core"
+	"log/slog"
 	"sync"
 	"testing"
 
@@ -54,7 +56,12 @@ func (f *fakeCore) Step(nowNs int64) decision {
 }
 func (f *fakeCore) Run(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 func (f *fakeCore) State(nowNs int64) coreState {
-	return coreState{"calls": f.Len(), "pending": f.Pending()}
+	var st coreState
+	st.AtNs = nowNs
+	st.Engines = f.Engines()
+	st.DemandHistory.Unsized.Pending = f.Pending()
+	st.EvidenceSeq = uint64(f.Len()) // the fake's stand-in for "something changed"
+	return st
 }
 func (f *fakeCore) Decisions(since uint64, limit int) []decision {
 	return []decision{{Seq: since + 1, Reason: fmt.Sprintf("limit=%d", limit)}}
@@ -68,4 +75,29 @@ func (f *fakeCore) Close() error {
 }
 
 // metricsCore is the core whose collectors the promtool test lints.
-func metricsCore(t *testing.T) Core { return newFakeCore("e1") }
+func metricsCore(t *testing.T) Core {
+	c := newRealCore(t, "e1", "e2")
+	c.Step(testNow - 1e9)
+	return c
+}
+
+// newRealCore is the facade with default config and the given engines
+// (OPT-13B on A100-80GB, the built-in profile), half prefill, half decode.
+func newRealCore(t testing.TB, engines ...string) *core.Core {
+	t.Helper()
+	c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range engines {
+		role := controller.RolePrefill
+		if i%2 == 1 {
+			role = controller.RoleDecode
+		}
+		if err := c.UpsertEngine(controller.Engine{ID: id, Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB",
+			Role: role, Live: true, KVCapacityTokens: 66144}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}

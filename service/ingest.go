@@ -185,7 +185,10 @@ func (in *Ingest) line(dec *Decoder, l []byte, ev *Event, nowNs int64) error {
 		return err
 	}
 	if err := applyEvent(in.core, ev); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrRejected, ev.Type, err)
+		if ev.Type == EventAdmitted {
+			return fmt.Errorf("%w: engine %q: %w", ErrRejected, ev.Engine, err)
+		}
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return nil
 }
