@@ -28,7 +28,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("promtool check metrics failed: %v\n%s", err, out.String())
 	}
-	for _, m := range []string{"narwhal_http_requests_total", "narwhal_demand_history_observations", "narwhal_controller_decisions_total", "narwhal_fleet_reports_total", "go_goroutines"} {
+	for _, m := range []string{"narwhal_http_requests_total", "narwhal_demand_history_observations", "narwhal_controller_decisions_total", "narwhal_fleet_sink_errors_total", "go_goroutines"} {
 		if !strings.Contains(body, m) {
 			t.Fatalf("/metrics lacks %s", m)
 		}
