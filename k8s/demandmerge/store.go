@@ -183,6 +183,7 @@ func (r *ring) span(fromNs, toNs int64) (from, to int64, ok bool) {
 type kindState struct {
 	ring
 	buckets map[int64]*mergedBucket
+	scratch map[buckets.Shape]int64 // reused by merge
 }
 
 type demandPart struct {
@@ -204,6 +205,7 @@ type mergedBucket struct {
 func (k *kindState) init(widthNs, retentionNs int64) {
 	k.ring.init(widthNs, retentionNs)
 	k.buckets = map[int64]*mergedBucket{}
+	k.scratch = map[buckets.Shape]int64{}
 }
 
 func (k *kindState) apply(rk routerKey, seq uint64, b *DemandBucket) outcome {
@@ -222,7 +224,7 @@ func (k *kindState) apply(rk routerKey, seq uint64, b *DemandBucket) outcome {
 	cp := *b
 	cp.Cells = slices.Clone(b.Cells)
 	mb.parts[rk] = &demandPart{seq: seq, b: cp}
-	mb.merge()
+	mb.merge(k.scratch)
 	if !b.empty() {
 		k.record(e)
 	}
@@ -246,8 +248,8 @@ func (k *kindState) prune() {
 // overflow cohort, which keeps every count and is priced by its largest
 // input and output. The choice depends only on the parts' content, never
 // on the order they arrived in.
-func (mb *mergedBucket) merge() {
-	counts := map[buckets.Shape]int64{}
+func (mb *mergedBucket) merge(counts map[buckets.Shape]int64) {
+	clear(counts)
 	mb.overflow, mb.unsized, mb.invalid = buckets.Cohort{}, 0, false
 	for _, p := range mb.parts {
 		for _, c := range p.b.Cells {
