@@ -31,6 +31,14 @@ type Sink interface {
 	RemoveEngine(id string) error
 }
 
+// EngineLister is implemented by sinks that can list their engine table
+// (*core.Core does). Discovery then keeps, in the rows it upserts, the
+// fields it does not own: residency, KV capacity and last move time (from
+// the agent and the controller), so a pod event never zeroes them.
+type EngineLister interface {
+	Engines() []controller.Engine
+}
+
 // Config selects the engine pods.
 type Config struct {
 	// Namespace to watch; "" watches every namespace.
@@ -209,7 +217,8 @@ func (d *Discoverer) apply(obj any) {
 	if had && oldID != eng.ID {
 		d.forget(ref)
 	}
-	if err := d.sink.UpsertEngine(eng); err != nil {
+	row := d.keepSinkFields(eng)
+	if err := d.sink.UpsertEngine(row); err != nil {
 		d.sinkErrors.Inc()
 		d.logger.Warn("sink refused engine", "engine", eng.ID, "err", err)
 		return
@@ -218,6 +227,22 @@ func (d *Discoverer) apply(obj any) {
 	d.byPod[ref] = eng.ID
 	d.engines[eng.ID] = entry{pod: ref, engine: eng}
 	d.mu.Unlock()
+}
+
+// keepSinkFields copies into eng the fields discovery does not own from
+// the sink's current row for it, when the sink can list its engines.
+func (d *Discoverer) keepSinkFields(eng controller.Engine) controller.Engine {
+	l, ok := d.sink.(EngineLister)
+	if !ok {
+		return eng
+	}
+	for _, cur := range l.Engines() {
+		if cur.ID == eng.ID {
+			eng.Resident, eng.KVCapacityTokens, eng.LastMoveNs = cur.Resident, cur.KVCapacityTokens, cur.LastMoveNs
+			return eng
+		}
+	}
+	return eng
 }
 
 func (d *Discoverer) remove(obj any) {

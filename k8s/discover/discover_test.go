@@ -198,3 +198,46 @@ func TestDuplicateEngineIDKeepsFirstOwner(t *testing.T) {
 		t.Fatalf("second pod did not take over the id; got %v", got)
 	}
 }
+
+// listingSink also lists its table, as *core.Core does.
+type listingSink struct{ tableSink }
+
+func (s *listingSink) Engines() []controller.Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []controller.Engine{}
+	for _, e := range s.engines {
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestPodEventsKeepAgentFields(t *testing.T) {
+	sink := &listingSink{}
+	d, err := New(fake.NewSimpleClientset(), Config{}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := enginePod("e1", "decode", "n1", true)
+	d.apply(p)
+	// The agent reports residency and capacity; the controller moved it once.
+	sink.mu.Lock()
+	e := sink.engines["e1"]
+	e.Resident = controller.Resident{DecodeSeqs: 4, KVTokens: 900}
+	e.KVCapacityTokens, e.LastMoveNs = 50_000, 123
+	sink.engines["e1"] = e
+	sink.mu.Unlock()
+	// The actuator marks the pod draining: it stops being live everywhere,
+	// and the agent's numbers survive the upsert.
+	p = p.DeepCopy()
+	p.Annotations = map[string]string{podmeta.AnnotationDraining: "true"}
+	d.apply(p)
+	sink.mu.Lock()
+	got := sink.engines["e1"]
+	sink.mu.Unlock()
+	want := controller.Engine{ID: "e1", Node: "n1", GPU: "H100", Role: controller.RoleDecode, Live: false,
+		KVCapacityTokens: 50_000, LastMoveNs: 123, Resident: controller.Resident{DecodeSeqs: 4, KVTokens: 900}}
+	if got != want {
+		t.Fatalf("unexpected row after draining mark;\ngot  %+v\nwant %+v", got, want)
+	}
+}

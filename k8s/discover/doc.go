@@ -22,4 +22,10 @@
 //     (narwhal_k8s_discovery_sink_errors_total); the next event for that
 //     pod (or the informer's resync) tries again.
 //   - A pod whose role label is missing or invalid is treated as absent.
+//   - Discovery owns id, node, model, GPU, role and liveness (pod Running,
+//     Ready, not deleting, not draining). When the sink implements
+//     EngineLister, residency, KV capacity and last move time are carried
+//     over from the sink's row, so a pod event does not zero what the
+//     agent reported. The agent's liveness reports still override Live
+//     between pod events.
 package discover

@@ -26,6 +26,9 @@
 //     deleted; the node is the pod's spec.nodeName.
 //   - A pod without a valid narwhal.io/role label is not an engine
 //     (ErrNoRole): the controller cannot place an engine with no role.
-//   - A pod carrying narwhal.io/draining=true is reported in state
-//     draining; otherwise serving.
+//   - A pod carrying narwhal.io/draining=true is reported not live (it
+//     takes no new work on any replica); the row's state is always
+//     serving, because the move state (draining, switching, target role)
+//     is owned by the leader's controller, which keeps it across upserts
+//     of a serving row.
 package podmeta

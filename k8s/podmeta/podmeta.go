@@ -64,8 +64,11 @@ func Role(pod *corev1.Pod) (controller.Role, error) {
 }
 
 // EngineFromPod builds the engine row Kubernetes knows about: id, node,
-// model, GPU kind, role, state and liveness. Residency and KV capacity
-// come from the agent, not from here.
+// model, GPU kind, role and liveness. The state is always serving: the
+// move state belongs to the leader's controller, which keeps it when a
+// serving row is upserted over a moving engine. A pod marked draining is
+// reported not live, so every replica's role table stops sending it new
+// work. Residency and KV capacity come from the agent, not from here.
 func EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
 	role, err := Role(pod)
 	if err != nil {
@@ -78,10 +81,7 @@ func EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
 		GPU:   pick(pod.Annotations[AnnotationGPU], pod.Labels[LabelGPU]),
 		Role:  role,
 		State: controller.StateServing,
-		Live:  Live(pod),
-	}
-	if Draining(pod) {
-		e.State = controller.StateDraining
+		Live:  Live(pod) && !Draining(pod),
 	}
 	return e, nil
 }

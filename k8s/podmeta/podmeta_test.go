@@ -39,7 +39,9 @@ func TestEngineFromPod(t *testing.T) {
 	f(pod("p2", map[string]string{LabelRole: "decode", LabelEngineID: "eng-7", LabelModel: "short"},
 		map[string]string{AnnotationModel: "meta-llama/Llama-3.1-8B-Instruct", AnnotationGPU: "A100-80G", AnnotationDraining: "true"}, false),
 		controller.Engine{ID: "eng-7", Node: "node-a", Model: "meta-llama/Llama-3.1-8B-Instruct", GPU: "A100-80G",
-			Role: controller.RoleDecode, State: controller.StateDraining, Live: false})
+			Role: controller.RoleDecode, Live: false})
+	f(pod("p5", map[string]string{LabelRole: "decode"}, map[string]string{AnnotationDraining: "true"}, true),
+		controller.Engine{ID: "p5", Node: "node-a", Role: controller.RoleDecode, Live: false})
 	deleting := pod("p3", map[string]string{LabelRole: "decode"}, nil, true)
 	now := metav1.Now()
 	deleting.DeletionTimestamp = &now
