@@ -68,6 +68,18 @@
 //   - threshold: see thresholdPolicy; static-best runs P = 1..N−1 (two at a
 //     time) and keeps the best attainment.
 //
+// # Library use (the demo main job)
+//
+// Run(ctx, cfg, reqs, opts...) with WithPace(60) replays at 60× wall-clock
+// speed; WithCoreFactory builds the core (journal sink, state file, the
+// given actuator and profiles), WithCoreReady hands it over once its
+// engines are registered (e.g. to serve its HTTP API), WithDecisionHook sees
+// every decision. BundledTrace returns the embedded Azure code trace. To
+// replay again against the same core, set Config.StartUnixNs past the
+// previous run's end (StartUnixNs + Result.SimSeconds): the core's clock
+// must not go backwards. The initial split of narwhal and threshold is
+// Engines/2 prefill unless InitialPrefill says otherwise.
+//
 // # Concurrency and allocation
 //
 // A run is single-goroutine; Run may be called concurrently for different

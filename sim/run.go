@@ -20,7 +20,7 @@ type Config struct {
 	Engines        int     `json:"engines"`
 	Profile        string  `json:"profile"`         // built-in profile name (ProfileNames)
 	Policy         string  `json:"policy"`          // narwhal | static:P | static-best | threshold
-	InitialPrefill int     `json:"initial_prefill"` // engines starting in prefill (narwhal, threshold); 0: Engines/4, at least 1
+	InitialPrefill int     `json:"initial_prefill"` // engines starting in prefill (narwhal, threshold); 0: Engines/2
 	TTFTSLOS       float64 `json:"ttft_slo_s"`
 	TPOTSLOS       float64 `json:"tpot_slo_s"`
 	StepS          float64 `json:"step_s"`   // control step of the threshold policy and the static sampling tick
@@ -99,7 +99,7 @@ func (c Config) Normalize() (Config, error) {
 		return c, fmt.Errorf("sim: engines %d: want 2..4096: %w", c.Engines, ErrBadConfig)
 	}
 	if c.InitialPrefill == 0 {
-		c.InitialPrefill = max(1, c.Engines/4)
+		c.InitialPrefill = max(1, c.Engines/2)
 	}
 	if c.InitialPrefill < 1 || c.InitialPrefill >= c.Engines {
 		return c, fmt.Errorf("sim: initial_prefill %d: want 1..%d: %w", c.InitialPrefill, c.Engines-1, ErrBadConfig)

@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	slice := fs.String("slice", "", "keep arrivals in [A,B) seconds of the scaled, concatenated timeline (A:B, A:, :B)")
 	profile := fs.String("profile", d.Profile, "engine profile: "+strings.Join(sim.ProfileNames(), ", "))
 	switchS := fs.Float64("switch-s", d.SwitchS, "role switch time after the drain, seconds")
-	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal and threshold (0: engines/4)")
+	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal and threshold (0: engines/2)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
