@@ -203,6 +203,7 @@ func TestSameSeedSameResult(t *testing.T) {
 	reqs := syntheticWorkload(3000)
 	cfg := testConfig("threshold", 8)
 	cfg.Seed = 42
+	cfg.InitialPrefill = 1 // far from what the load needs: the baseline must move
 	run := func() string {
 		r, err := Run(context.Background(), cfg, reqs)
 		if err != nil {
