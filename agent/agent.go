@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -12,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/wire"
@@ -58,13 +57,13 @@ func WithEpoch(e uint64) Option { return func(a *Agent) { a.epoch = e } }
 type engineState struct {
 	cfg        EngineConfig
 	role       controller.Role
-	metrics    EngineMetrics
+	metrics    engine.Metrics
 	scrapeErr  string
 	lastOKNs   int64 // last successful scrape (agent clock)
 	lastTryNs  int64
 	deadAtNs   int64 // exit / port close seen at; 0 none
 	deadReason string
-	limit      KVLimit
+	limit      engine.KVLimit
 }
 
 // Agent collects one node's engine facts and streams them to the core.
@@ -122,7 +121,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 			continue
 		}
 		r, _ := controller.ParseRole(e.Role)
-		st := &engineState{cfg: e, role: r, metrics: EngineMetrics{Running: -1, Waiting: -1, KVUsedTokens: -1}}
+		st := &engineState{cfg: e, role: r, metrics: engine.Metrics{Running: -1, Waiting: -1, KVUsedTokens: -1}}
 		a.engines = append(a.engines, st)
 		if e.PID > 0 {
 			a.byPID[e.PID] = st
@@ -223,28 +222,6 @@ func (a *Agent) hello() wire.Hello {
 	return h
 }
 
-// Scrape reads one engine's metrics endpoint.
-func Scrape(ctx context.Context, c *http.Client, kind EngineKind, url string) (EngineMetrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: %w", url, err)
-	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := c.Do(req)
-	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: status %d", url, resp.StatusCode)
-	}
-	m, err := ParseEngineMetrics(kind, io.LimitReader(resp.Body, maxMetricsBody))
-	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("agent: scrape %s: %w", url, err)
-	}
-	return m, nil
-}
-
 // Collect reads NVML and every engine once at nowNs and returns the
 // snapshot to send.
 func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
@@ -256,7 +233,7 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 		}
 	}
 	type result struct {
-		m   EngineMetrics
+		m   engine.Metrics
 		err error
 		dur time.Duration
 	}
@@ -270,7 +247,7 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			sctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			t0 := time.Now()
-			m, err := Scrape(sctx, a.http, e.cfg.Kind, e.cfg.MetricsURL)
+			m, err := engine.Scrape(sctx, a.http, e.cfg.Kind, e.cfg.MetricsURL)
 			res[i] = result{m, err, time.Since(t0)}
 		}()
 	}
@@ -298,7 +275,7 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			}
 		}
 		mem := a.engineMemLocked(e.cfg.GPUs)
-		e.limit = CrossCheck(e.metrics.CapacityTokens, mem, e.cfg.Geometry, e.metrics.GPUMemoryUtilization)
+		e.limit = engine.CrossCheck(e.metrics.CapacityTokens, mem, e.cfg.Geometry, e.metrics.GPUMemoryUtilization)
 		snap.Engines = append(snap.Engines, a.reportLocked(e))
 	}
 	a.lastSnapNs = nowNs
@@ -347,7 +324,7 @@ func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 	a.kvTokens.WithLabelValues(e.cfg.ID).Set(float64(r.Resident.KVTokens))
 	a.kvCap.WithLabelValues(e.cfg.ID).Set(float64(r.KVCapacityTokens))
 	dis := 0.0
-	if e.limit.Source == KVSourceEngine && e.limit.BoundTokens > 0 && e.limit.EngineTokens > e.limit.BoundTokens {
+	if e.limit.Source == engine.KVSourceEngine && e.limit.BoundTokens > 0 && e.limit.EngineTokens > e.limit.BoundTokens {
 		dis = 1
 	}
 	a.kvDisagr.WithLabelValues(e.cfg.ID).Set(dis)

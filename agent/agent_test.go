@@ -8,14 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
 )
 
 func TestCollectLivenessAndHealth(t *testing.T) {
 	eng, body := fakeEngine(t, "sglang.prom")
 	cfg := Config{Node: "n", StaleAfterS: 1, Engines: []EngineConfig{{
-		ID: "s1", Kind: KindSGLang, MetricsURL: eng.URL, PID: 4242, Port: 30000, GPUs: []string{"0"},
-		Geometry: Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2},
+		ID: "s1", Kind: engine.SGLang, MetricsURL: eng.URL, PID: 4242, Port: 30000, GPUs: []string{"0"},
+		Geometry: engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2},
 	}}}
 	a, err := New(cfg, WithNVML(mockA100()))
 	if err != nil {
@@ -28,7 +29,7 @@ func TestCollectLivenessAndHealth(t *testing.T) {
 	snap := a.Collect(ctx, 10e9)
 	e := snap.Engines[0]
 	// SGLang max_total_num_tokens 430,000 > NVML bound 40 GiB / 131,072 B = 327,680: disagreement reported
-	if !e.Live || e.KVCapacityTokens != 430000 || e.KVSource != KVSourceEngine || e.Resident.KVTokens != 30123 ||
+	if !e.Live || e.KVCapacityTokens != 430000 || e.KVSource != engine.KVSourceEngine || e.Resident.KVTokens != 30123 ||
 		e.Resident.DecodeSeqs != 24 || e.QueuedRequests != 5 || !strings.Contains(e.KVDisagreement, "holds at most 327680") {
 		t.Fatalf("unexpected report; got %+v", e)
 	}
@@ -106,9 +107,9 @@ engines:
 
 func TestEngineNodeFilter(t *testing.T) {
 	cfg := Config{Node: "n1", Engines: []EngineConfig{
-		{ID: "a", Node: "n1", Kind: KindVLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
-		{ID: "b", Node: "n2", Kind: KindVLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
-		{ID: "c", Kind: KindVLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+		{ID: "a", Node: "n1", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+		{ID: "b", Node: "n2", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+		{ID: "c", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
 	}}
 	a, err := New(cfg)
 	if err != nil {

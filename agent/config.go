@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"go.yaml.in/yaml/v3"
 )
@@ -46,9 +47,9 @@ type EngineConfig struct {
 	ID string `yaml:"id"`
 	// Node, when set, limits the engine to the agent of that node (so one
 	// ConfigMap can serve a whole DaemonSet).
-	Node       string     `yaml:"node"`
-	Kind       EngineKind `yaml:"kind"`
-	MetricsURL string     `yaml:"metrics_url"`
+	Node       string      `yaml:"node"`
+	Kind       engine.Kind `yaml:"kind"`
+	MetricsURL string      `yaml:"metrics_url"`
 	// PID and Port are watched for liveness (0 = not watched).
 	PID  int32  `yaml:"pid"`
 	Port uint16 `yaml:"port"`
@@ -57,8 +58,8 @@ type EngineConfig struct {
 	Model   string   `yaml:"model"`
 	GPUKind string   `yaml:"gpu_kind"`
 	// Role is the engine's initial role: prefill or decode.
-	Role     string   `yaml:"role"`
-	Geometry Geometry `yaml:"geometry"`
+	Role     string          `yaml:"role"`
+	Geometry engine.Geometry `yaml:"geometry"`
 }
 
 // LoadConfig reads and validates a YAML file; unknown keys are errors.
@@ -150,7 +151,7 @@ func (c *Config) Validate() error {
 			return bad(p+"id", e.ID, "must be set and unique")
 		}
 		seen[e.ID] = true
-		if e.Kind != KindVLLM && e.Kind != KindSGLang {
+		if e.Kind != engine.VLLM && e.Kind != engine.SGLang {
 			return bad(p+"kind", e.Kind, "must be vllm or sglang")
 		}
 		u, err := url.Parse(e.MetricsURL)
@@ -165,7 +166,7 @@ func (c *Config) Validate() error {
 		}
 		if !e.Geometry.Zero() {
 			if _, err := e.Geometry.BytesPerToken(); err != nil {
-				return bad(p+"geometry", strings.TrimPrefix(err.Error(), ErrGeometry.Error()+": "), "out of range")
+				return bad(p+"geometry", strings.TrimPrefix(err.Error(), engine.ErrGeometry.Error()+": "), "out of range")
 			}
 		}
 	}

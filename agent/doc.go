@@ -1,5 +1,6 @@
 // Package agent is narwhal-agent's library: it reads one GPU node's
-// engines (residency from their own Prometheus metrics, vLLM or SGLang),
+// engines (residency from their own Prometheus metrics, vLLM or SGLang,
+// through package engine),
 // derives each engine's physical KV limit (the engine's own capacity,
 // cross-checked against NVML memory and the model's KV bytes per token),
 // watches engine liveness (package liveness: eBPF, else /proc), and streams

@@ -21,6 +21,8 @@ import (
 	"github.com/narwhal-io/narwhal/core/fleet"
 	"github.com/narwhal-io/narwhal/core/wire"
 	"github.com/narwhal-io/narwhal/nvml"
+
+	"github.com/narwhal-io/narwhal/agent/engine"
 )
 
 // tableSink is a mutex-and-map engine table standing in for *core.Core.
@@ -105,9 +107,9 @@ func testConfig(t *testing.T, coreURL, engineURL string) Config {
 		Node: "gpu-node-1", CoreURL: coreURL, TokenFile: tok,
 		ScrapeIntervalS: 0.02, HeartbeatIntervalS: 0.05, BackoffMinS: 0.01, BackoffMaxS: 0.05, StaleAfterS: 2,
 		Engines: []EngineConfig{{
-			ID: "e1", Kind: KindVLLM, MetricsURL: engineURL, GPUs: []string{"0"},
+			ID: "e1", Kind: engine.VLLM, MetricsURL: engineURL, GPUs: []string{"0"},
 			Model: "llama-3-8b", GPUKind: "A100-40G", Role: "decode",
-			Geometry: Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, TP: 1},
+			Geometry: engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, TP: 1},
 		}},
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/agent/engine"
 )
 
 // FuzzEngineMetrics feeds arbitrary bodies to the engine metrics reader as
@@ -16,13 +16,13 @@ func FuzzEngineMetrics(f *testing.F) {
 	f.Add(true, []byte("sglang:num_used_tokens 10\nsglang:max_total_num_tokens 100\n"))
 	f.Add(false, []byte("vllm:kv_cache_usage_perc NaN\n"))
 	f.Fuzz(func(t *testing.T, sglang bool, body []byte) {
-		kind := agent.KindVLLM
+		kind := engine.VLLM
 		if sglang {
-			kind = agent.KindSGLang
+			kind = engine.SGLang
 		}
-		m, err := agent.ParseEngineMetrics(kind, bytes.NewReader(body))
+		m, err := engine.Parse(kind, bytes.NewReader(body))
 		if err != nil {
-			if !errors.Is(err, agent.ErrParse) && !errors.Is(err, agent.ErrNoEngineMetrics) {
+			if !errors.Is(err, engine.ErrParse) && !errors.Is(err, engine.ErrNoEngineMetrics) {
 				t.Fatalf("unexpected error kind; got %v", err)
 			}
 			return
@@ -34,7 +34,7 @@ func FuzzEngineMetrics(f *testing.F) {
 		if m.KVUsage < 0 {
 			t.Fatalf("negative usage; got %v", m.KVUsage)
 		}
-		if kind == agent.KindVLLM && m.CapacityTokens > 0 && m.KVUsedTokens > m.CapacityTokens {
+		if kind == engine.VLLM && m.CapacityTokens > 0 && m.KVUsedTokens > m.CapacityTokens {
 			t.Fatalf("vLLM kv tokens %d above capacity %d", m.KVUsedTokens, m.CapacityTokens)
 		}
 	})

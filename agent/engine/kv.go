@@ -1,4 +1,4 @@
-package agent
+package engine
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 )
 
 // ErrGeometry: a model KV geometry field is missing or out of range.
-var ErrGeometry = errors.New("agent: invalid model KV geometry")
+var ErrGeometry = errors.New("engine: invalid model KV geometry")
 
 // Geometry is a model's KV cache geometry.
 type Geometry struct {

@@ -1,10 +1,12 @@
-package agent
+package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"sort"
 	"strconv"
 
@@ -13,23 +15,23 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// EngineKind is the serving engine's software.
-type EngineKind string
+// Kind is the serving engine's software.
+type Kind string
 
 const (
-	KindVLLM   EngineKind = "vllm"
-	KindSGLang EngineKind = "sglang"
+	VLLM   Kind = "vllm"
+	SGLang Kind = "sglang"
 )
 
 // Sentinel errors of the metrics reader.
 var (
 	// ErrParse: the body is not the Prometheus text exposition format.
-	ErrParse = errors.New("agent: engine metrics are not in the text exposition format")
+	ErrParse = errors.New("engine: engine metrics are not in the text exposition format")
 	// ErrNoEngineMetrics: the body parsed but holds none of the engine's
 	// residency metrics (wrong URL, wrong engine kind, metrics disabled).
-	ErrNoEngineMetrics = errors.New("agent: no residency metrics for this engine kind")
+	ErrNoEngineMetrics = errors.New("engine: no residency metrics for this engine kind")
 	// ErrUnknownKind: the engine kind is neither vllm nor sglang.
-	ErrUnknownKind = errors.New("agent: unknown engine kind")
+	ErrUnknownKind = errors.New("engine: unknown engine kind")
 )
 
 // Metric names read from the engines (see REFERENCES.md).
@@ -50,12 +52,12 @@ const (
 // float64); anything larger is treated as missing.
 const maxCount = 1 << 53
 
-// EngineMetrics is what one read of an engine's metrics endpoint says.
+// Metrics is what one read of an engine's metrics endpoint says.
 // Counts are summed over the series of the family (one per data-parallel
 // engine in vLLM); a value that is missing or NaN is -1 (usage: NaN) and
 // its name is listed in Missing.
-type EngineMetrics struct {
-	Kind EngineKind `json:"kind"`
+type Metrics struct {
+	Kind Kind `json:"kind"`
 	// Running and Waiting are requests running in the engine and queued.
 	Running int64 `json:"running"`
 	Waiting int64 `json:"waiting"`
@@ -81,20 +83,20 @@ type EngineMetrics struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// ParseEngineMetrics reads one body in the Prometheus text exposition
+// Parse reads one body in the Prometheus text exposition
 // format. Garbage gives an ErrParse error, a body without the engine's
 // metrics ErrNoEngineMetrics; partial metrics give a result with Missing
 // filled. It never panics on input.
-func ParseEngineMetrics(kind EngineKind, r io.Reader) (EngineMetrics, error) {
-	if kind != KindVLLM && kind != KindSGLang {
-		return EngineMetrics{}, fmt.Errorf("%w: %q (want vllm or sglang)", ErrUnknownKind, kind)
+func Parse(kind Kind, r io.Reader) (Metrics, error) {
+	if kind != VLLM && kind != SGLang {
+		return Metrics{}, fmt.Errorf("%w: %q (want vllm or sglang)", ErrUnknownKind, kind)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("%w: %w", ErrParse, err)
+		return Metrics{}, fmt.Errorf("%w: %w", ErrParse, err)
 	}
-	m := EngineMetrics{Kind: kind, Running: -1, Waiting: -1, KVUsage: math.NaN(), KVUsedTokens: -1}
+	m := Metrics{Kind: kind, Running: -1, Waiting: -1, KVUsage: math.NaN(), KVUsedTokens: -1}
 	found := 0
 	sum := func(name string) (int64, bool) {
 		v, n := sumFamily(fams[name])
@@ -114,7 +116,7 @@ func ParseEngineMetrics(kind EngineKind, r io.Reader) (EngineMetrics, error) {
 		return v / float64(n), true
 	}
 	switch kind {
-	case KindVLLM:
+	case VLLM:
 		m.Running, _ = sum(vllmRunning)
 		m.Waiting, _ = sum(vllmWaiting)
 		if u, ok := mean(vllmKVUsage); ok {
@@ -133,7 +135,7 @@ func ParseEngineMetrics(kind EngineKind, r io.Reader) (EngineMetrics, error) {
 		if !math.IsNaN(m.KVUsage) && m.CapacityTokens > 0 {
 			m.KVUsedTokens = int64(math.Round(min(m.KVUsage, 1) * float64(m.CapacityTokens)))
 		}
-	case KindSGLang:
+	case SGLang:
 		m.Running, _ = sum(sglRunning)
 		m.Waiting, _ = sum(sglWaiting)
 		m.KVUsedTokens, _ = sum(sglUsedTokens)
@@ -151,7 +153,7 @@ func ParseEngineMetrics(kind EngineKind, r io.Reader) (EngineMetrics, error) {
 		}
 	}
 	if found == 0 {
-		return EngineMetrics{}, fmt.Errorf("%w: %s (%d families in the body)", ErrNoEngineMetrics, kind, len(fams))
+		return Metrics{}, fmt.Errorf("%w: %s (%d families in the body)", ErrNoEngineMetrics, kind, len(fams))
 	}
 	sort.Strings(m.Missing)
 	return m, nil
@@ -183,7 +185,7 @@ func sumFamily(f *dto.MetricFamily) (float64, int) {
 
 // readCacheConfig reads vllm:cache_config_info's labels, summing capacity
 // over its series (one per data-parallel engine).
-func (m *EngineMetrics) readCacheConfig(f *dto.MetricFamily) {
+func (m *Metrics) readCacheConfig(f *dto.MetricFamily) {
 	for _, mt := range f.GetMetric() {
 		var blocks, blockSize, sizeTokens int64
 		for _, lp := range mt.GetLabel() {
@@ -219,7 +221,7 @@ func (m *EngineMetrics) readCacheConfig(f *dto.MetricFamily) {
 	}
 }
 
-func (m *EngineMetrics) intLabel(name, v string) int64 {
+func (m *Metrics) intLabel(name, v string) int64 {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 || n > maxCount {
 		// early vLLM V1 wrote num_gpu_blocks="None" (vllm#16560)
@@ -227,4 +229,29 @@ func (m *EngineMetrics) intLabel(name, v string) int64 {
 		return 0
 	}
 	return n
+}
+
+// MaxBody bounds one engine metrics body read by Scrape.
+const MaxBody = 8 << 20
+
+// Scrape reads one engine's metrics endpoint.
+func Scrape(ctx context.Context, c *http.Client, kind Kind, url string) (Metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("engine: scrape %s: %w", url, err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := c.Do(req)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("engine: scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Metrics{}, fmt.Errorf("engine: scrape %s: status %d", url, resp.StatusCode)
+	}
+	m, err := Parse(kind, io.LimitReader(resp.Body, MaxBody))
+	if err != nil {
+		return Metrics{}, fmt.Errorf("engine: scrape %s: %w", url, err)
+	}
+	return m, nil
 }

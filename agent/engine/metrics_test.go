@@ -1,4 +1,4 @@
-package agent
+package engine
 
 import (
 	"errors"
@@ -9,18 +9,18 @@ import (
 	"testing"
 )
 
-func parseFile(t *testing.T, kind EngineKind, name string) (EngineMetrics, error) {
+func parseFile(t *testing.T, kind Kind, name string) (Metrics, error) {
 	t.Helper()
-	f, err := os.Open("testdata/" + name)
+	f, err := os.Open("../testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	return ParseEngineMetrics(kind, f)
+	return Parse(kind, f)
 }
 
 func TestParseVLLMNewName(t *testing.T) {
-	m, err := parseFile(t, KindVLLM, "vllm_new.prom")
+	m, err := parseFile(t, VLLM, "vllm_new.prom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestParseVLLMNewName(t *testing.T) {
 }
 
 func TestParseVLLMOldName(t *testing.T) {
-	m, err := parseFile(t, KindVLLM, "vllm_old.prom")
+	m, err := parseFile(t, VLLM, "vllm_old.prom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestParseVLLMOldName(t *testing.T) {
 }
 
 func TestParseSGLang(t *testing.T) {
-	m, err := parseFile(t, KindSGLang, "sglang.prom")
+	m, err := parseFile(t, SGLang, "sglang.prom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestParseSGLang(t *testing.T) {
 }
 
 func TestParseMissingAndNaN(t *testing.T) {
-	m, err := parseFile(t, KindVLLM, "vllm_missing_nan.prom")
+	m, err := parseFile(t, VLLM, "vllm_missing_nan.prom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,17 +73,17 @@ func TestParseMissingAndNaN(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	if _, err := parseFile(t, KindVLLM, "garbage.txt"); !errors.Is(err, ErrParse) {
+	if _, err := parseFile(t, VLLM, "garbage.txt"); !errors.Is(err, ErrParse) {
 		t.Fatalf("unexpected error for garbage; got %v; want ErrParse", err)
 	}
 	// SGLang's body read as vLLM: parses, but no vLLM metrics
-	if _, err := parseFile(t, KindVLLM, "sglang.prom"); !errors.Is(err, ErrNoEngineMetrics) {
+	if _, err := parseFile(t, VLLM, "sglang.prom"); !errors.Is(err, ErrNoEngineMetrics) {
 		t.Fatalf("unexpected error for wrong kind; got %v; want ErrNoEngineMetrics", err)
 	}
-	if _, err := ParseEngineMetrics("trtllm", strings.NewReader("")); !errors.Is(err, ErrUnknownKind) {
+	if _, err := Parse("trtllm", strings.NewReader("")); !errors.Is(err, ErrUnknownKind) {
 		t.Fatalf("unexpected error; got %v; want ErrUnknownKind", err)
 	}
-	if _, err := ParseEngineMetrics(KindSGLang, strings.NewReader("")); !errors.Is(err, ErrNoEngineMetrics) {
+	if _, err := Parse(SGLang, strings.NewReader("")); !errors.Is(err, ErrNoEngineMetrics) {
 		t.Fatalf("unexpected error for empty body; got %v; want ErrNoEngineMetrics", err)
 	}
 }
@@ -97,7 +97,7 @@ vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="100",kv_cache_
 vllm:cache_config_info{engine="1",block_size="16",num_gpu_blocks="100"} 1
 vllm:kv_cache_usage_perc_extra NaN
 `
-	m, err := ParseEngineMetrics(KindVLLM, strings.NewReader(body))
+	m, err := Parse(VLLM, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ vllm:kv_cache_usage_perc_extra NaN
 	if m.Running != 5 || m.CapacityTokens != 2600 || m.KVUsage != 0.375 || m.KVUsedTokens != 975 || len(m.Notes) != 1 {
 		t.Fatalf("unexpected metrics; got %+v", m)
 	}
-	if !math.IsNaN(EngineMetrics{KVUsage: math.NaN()}.KVUsage) {
+	if !math.IsNaN(Metrics{KVUsage: math.NaN()}.KVUsage) {
 		t.Fatal("BUG")
 	}
 }

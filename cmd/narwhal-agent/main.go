@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
 	"github.com/narwhal-io/narwhal/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,7 +60,7 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 	file := fs.String("file", "", "file holding a metrics body (instead of -url)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "scrape timeout")
-	var g agent.Geometry
+	var g engine.Geometry
 	fs.Int64Var(&g.Layers, "layers", 0, "model layers (for the KV cross-check)")
 	fs.Int64Var(&g.KVHeads, "kv-heads", 0, "model KV heads")
 	fs.Int64Var(&g.HeadDim, "head-dim", 0, "model head dimension")
@@ -73,34 +74,34 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "narwhal-agent scrape: give exactly one of -url or -file")
 		return 2
 	}
-	var m agent.EngineMetrics
+	var m engine.Metrics
 	var err error
 	if *file != "" {
 		var f *os.File
 		f, err = os.Open(*file)
 		if err == nil {
-			m, err = agent.ParseEngineMetrics(agent.EngineKind(*kind), f)
+			m, err = engine.Parse(engine.Kind(*kind), f)
 			f.Close()
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-		m, err = agent.Scrape(ctx, http.DefaultClient, agent.EngineKind(*kind), *url)
+		m, err = engine.Scrape(ctx, http.DefaultClient, engine.Kind(*kind), *url)
 		cancel()
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "narwhal-agent scrape:", err)
 		return 1
 	}
-	var lim *agent.KVLimit
+	var lim *engine.KVLimit
 	if !g.Zero() || *memGiB > 0 {
-		l := agent.CrossCheck(m.CapacityTokens, uint64(*memGiB*(1<<30)), g, m.GPUMemoryUtilization)
+		l := engine.CrossCheck(m.CapacityTokens, uint64(*memGiB*(1<<30)), g, m.GPUMemoryUtilization)
 		lim = &l
 	}
 	if *asJSON {
 		out := struct {
-			Metrics agent.EngineMetrics `json:"metrics"`
-			KVUsage *float64            `json:"kv_usage"`
-			KV      *agent.KVLimit      `json:"kv_limit,omitempty"`
+			Metrics engine.Metrics  `json:"metrics"`
+			KVUsage *float64        `json:"kv_usage"`
+			KV      *engine.KVLimit `json:"kv_limit,omitempty"`
 		}{Metrics: m, KV: lim}
 		if m.KVUsage == m.KVUsage { // not NaN
 			out.KVUsage = &m.KVUsage
