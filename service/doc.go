@@ -73,7 +73,10 @@
 //     leaks through timing. With no token configured, writes are refused
 //     at start-up unless auth.allow_unauthenticated is set.
 //   - Static engines (engines: in the config file) are registered only if
-//     the core does not know them yet, so a restored controller state wins.
+//     the core does not know them yet, and a configured role is only the
+//     initial role: when data_dir's saved state knows the engine, the saved
+//     role (and last move time) wins, so a restart keeps the controller's
+//     moves, cooldown and dwell.
 //
 // # Concurrency
 //
