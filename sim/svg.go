@@ -27,7 +27,9 @@ func WriteSVG(w io.Writer, res *Result) error {
 	for _, p := range pts {
 		yMax = math.Max(yMax, math.Max(p.PrefillDemand, p.DecodeDemand))
 	}
-	yMax = math.Ceil(yMax/4) * 4
+	// demand spikes above twice the cluster are clipped so that the engine
+	// lines stay readable
+	yMax = math.Ceil(math.Min(yMax, 2*float64(res.Engines))/4) * 4
 	x := func(t float64) float64 { return ml + t/tMax*pw }
 	y := func(v float64) float64 { return mt + ph - math.Min(v, yMax)/yMax*ph }
 	ya := func(a float64) float64 { return mt + ph - a*ph }
