@@ -51,6 +51,10 @@ type Config struct {
 	// DrainCostWeight: score penalty per second of resident work that the
 	// moving engines must drain.
 	DrainCostWeight float64 `json:"drain_cost_weight" yaml:"drain_cost_weight"`
+	// LatencyQuantile: the quantile of TTFT the prefill prediction
+	// targets (requests must meet the SLO, not their mean): the M/M/1
+	// waiting-time quantile per engine.
+	LatencyQuantile float64 `json:"latency_quantile" yaml:"latency_quantile"`
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
 }
@@ -72,6 +76,7 @@ func DefaultConfig() Config {
 		DefaultOutputTokens: 256,
 		MinObservations:     10,
 		DrainCostWeight:     0.01,
+		LatencyQuantile:     0.75,
 		JournalRing:         1024,
 	}
 }
@@ -113,6 +118,8 @@ func (c Config) Validate() error {
 		return bad("min_observations", c.MinObservations, ">= 1")
 	case !finite(c.DrainCostWeight) || c.DrainCostWeight < 0:
 		return bad("drain_cost_weight", c.DrainCostWeight, ">= 0")
+	case !finite(c.LatencyQuantile) || c.LatencyQuantile < 0 || c.LatencyQuantile >= 1:
+		return bad("latency_quantile", c.LatencyQuantile, "in [0, 1)")
 	case c.JournalRing < 1:
 		return bad("journal_ring", c.JournalRing, ">= 1")
 	}

@@ -74,22 +74,26 @@ func (s *Snapshot) Split(j int) SplitScore {
 		sc.KVCapacityTokens = kvCap
 	}
 	sc.KVNeedTokens = resKV
-	if s.Basis == BasisOfferedDemand {
-		hz := [2]*HorizonDemand{&s.Short, &s.Long}
-		pp, dp := [2]float64{}, [2]float64{}
-		for h := 0; h < 2; h++ {
-			pp[h] = s.prefillPressure(hz[h], nP, muP[h], backlog)
-			var kv float64
-			dp[h], kv = s.decodePressure(hz[h], nD, capD[h], aD[h])
-			sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
-		}
-		sc.ShortPrefill, sc.LongPrefill = pp[0], pp[1]
-		sc.ShortDecode, sc.LongDecode = dp[0], dp[1]
-	} else {
+	// Offered-demand predictions; with incomplete demand they are a lower
+	// bound (the unpriced part is missing) and the observed pressure (or
+	// the recovery ratio), scaled by engine counts, can only raise them.
+	hz := [2]*HorizonDemand{&s.Short, &s.Long}
+	var pp, dp [2]float64
+	for h := 0; h < 2; h++ {
+		pp[h] = s.prefillPressure(hz[h], nP, muP[h], backlog)
+		var kv float64
+		dp[h], kv = s.decodePressure(hz[h], nD, capD[h], aD[h])
+		sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
+	}
+	if s.Basis != BasisOfferedDemand || s.useObserved {
 		p := scaleObserved(s.obsP, s.PrefillEngines, nP)
 		d := scaleObserved(s.obsD, s.DecodeEngines, nD)
-		sc.ShortPrefill, sc.LongPrefill, sc.ShortDecode, sc.LongDecode = p, p, d, d
+		for h := 0; h < 2; h++ {
+			pp[h], dp[h] = max(pp[h], p), max(dp[h], d)
+		}
 	}
+	sc.ShortPrefill, sc.LongPrefill = pp[0], pp[1]
+	sc.ShortDecode, sc.LongDecode = dp[0], dp[1]
 	sc.PrefillPressure = max(sc.ShortPrefill, sc.LongPrefill)
 	sc.DecodePressure = max(sc.ShortDecode, sc.LongDecode)
 	if sc.KVCapacityTokens > 0 {
@@ -139,7 +143,14 @@ func (s *Snapshot) prefillPressure(h *HorizonDemand, n int, muSum, backlogS floa
 		if rho >= 1 {
 			return math.Inf(1)
 		}
-		ttft += float64(n) / muSum * (1 + rho/(2*(1-rho)))
+		sv := float64(n) / muSum
+		ttft += sv
+		// Waiting-time quantile of an M/M/1 queue per engine:
+		// P(W > t) = ρ·exp(−t(1−ρ)/S), so the q-quantile is
+		// S/(1−ρ)·ln(ρ/(1−q)) when ρ > 1−q.
+		if q := s.Config.LatencyQuantile; rho > 1-q {
+			ttft += sv / (1 - rho) * math.Log(rho/(1-q))
+		}
 	}
 	return ttft / s.Timing.TTFTSLOS
 }

@@ -168,6 +168,9 @@ type Snapshot struct {
 	base   [2]poolBase
 	obsP   float64 // observed-basis prefill pressure at the current split
 	obsD   float64
+	// useObserved: with complete demand, observed pressure (enough
+	// observations) still floors the prediction.
+	useObserved bool
 }
 
 // poolBase: per horizon, sums over the current pools.
@@ -453,6 +456,13 @@ func (s *Snapshot) prepare() {
 		s.obsP = s.RecoveryRatio
 	}
 	s.obsD = s.ObservedDecode.Mean
+	s.useObserved = s.ObservedPrefill.Count >= s.Config.MinObservations || s.ObservedDecode.Count >= s.Config.MinObservations
+	if s.ObservedPrefill.Count < s.Config.MinObservations && s.Basis == BasisOfferedDemand {
+		s.obsP = 0
+	}
+	if s.ObservedDecode.Count < s.Config.MinObservations && s.Basis == BasisOfferedDemand {
+		s.obsD = 0
+	}
 }
 
 // RecoveryPrefillRatio is the spec's formula: with queued prefill and at
