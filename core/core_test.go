@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -261,5 +262,50 @@ func TestStateFileRestart(t *testing.T) {
 	}
 	if got := c2.Decisions(0, 0); len(got) < 2 {
 		t.Fatalf("journal history not restored: %d", len(got))
+	}
+}
+
+// TestConcurrentUse runs the router, agent and controller sides at once
+// (meaningful under -race).
+func TestConcurrentUse(t *testing.T) {
+	c := newCore(t)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			now := t0 + int64(w)
+			for i := 0; i < 2000; i++ {
+				now += 1e6
+				c.OfferStarted(now)
+				c.OfferSized(now, 500, 100)
+				tb := c.Roles()
+				c.Admitted(now, tb.Prefill[i%len(tb.Prefill)], 500, 100)
+				c.FirstToken(now+1e8, now)
+				c.Completed(now+3e9, now, now+1e8, 100, 80)
+			}
+		}(w)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c.UpdateEngine("e2", t0, controller.Resident{DecodeSeqs: int64(i % 7), KVTokens: int64(i % 7 * 100)}, 66144, true)
+			_ = c.State(t0 + int64(i)*1e6)
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		c.Step(t0 + int64(i)*sec)
+	}
+	close(done)
+	wg.Wait()
+	if got := len(c.Decisions(0, 0)); got != 50 {
+		t.Fatalf("unexpected decisions %d; want 50", got)
 	}
 }

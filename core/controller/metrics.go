@@ -65,10 +65,6 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 		phase string
 		v     float64
 	}{{"prefill", math.Float64frombits(c.lastPref.Load())}, {"decode", math.Float64frombits(c.lastDec.Load())}} {
-		v := p.v
-		if math.IsInf(v, 1) {
-			v = math.MaxFloat64
-		}
-		ch <- prometheus.MustNewConstMetric(m.pressure, prometheus.GaugeValue, v, p.phase)
+		ch <- prometheus.MustNewConstMetric(m.pressure, prometheus.GaugeValue, p.v, p.phase) // +Inf when saturated
 	}
 }
