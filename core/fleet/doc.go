@@ -11,8 +11,12 @@
 // Reports change the engine table through EngineSink, which *core.Core
 // satisfies: UpsertEngine when the registry first sees an engine (or its
 // model/GPU kind changes), UpdateEngine for every snapshot and liveness
-// event. The role in the first upsert is the one the agent was configured
-// with; later role changes are the controller's and are never overwritten.
+// event. The agent's role is an initial role only: it goes into the upsert
+// of an engine the core does not have yet; for an engine the core already
+// has (seen through an optional Engines() method, which *core.Core has)
+// the upsert carries RoleNone so the controller's role stands. (After a
+// core restart the controller's restored role wins only when the agent
+// sends no role; deploy examples leave it empty.)
 // Sweep marks every engine of a node that has not reported for staleAfterNs
 // as not live, once; the node's next snapshot makes them live again.
 //

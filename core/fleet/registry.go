@@ -166,8 +166,12 @@ func (r *Registry) applyLocked(nowNs int64, rep *wire.Report) error {
 func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.EngineReport) {
 	rec := n.engines[e.ID]
 	if rec == nil || rec.model != e.Model || rec.gpu != e.GPU {
+		role := e.Role
+		if rec != nil || r.sinkKnows(e.ID) {
+			role = controller.RoleNone // the controller's role stands
+		}
 		err := r.sink.UpsertEngine(controller.Engine{
-			ID: e.ID, Node: node, Model: e.Model, GPU: e.GPU, Role: e.Role,
+			ID: e.ID, Node: node, Model: e.Model, GPU: e.GPU, Role: role,
 			State: controller.StateServing, Live: e.Live,
 			KVCapacityTokens: e.KVCapacityTokens, Resident: e.Resident,
 		})
@@ -185,6 +189,26 @@ func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.Eng
 		r.log.Debug("kv limit disagreement", "node", node, "engine", e.ID, "detail", e.KVDisagreement)
 	}
 	r.update(e.ID, nowNs, rec)
+}
+
+// engineLister is implemented by sinks that can list their engines
+// (*core.Core does); the registry then never overrides the role of an
+// engine the core already has.
+type engineLister interface {
+	Engines() []controller.Engine
+}
+
+func (r *Registry) sinkKnows(id string) bool {
+	l, ok := r.sink.(engineLister)
+	if !ok {
+		return false
+	}
+	for _, e := range l.Engines() {
+		if e.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Registry) update(id string, nowNs int64, e *engineRec) {

@@ -205,3 +205,32 @@ func TestSinkRefusalDoesNotStopBatch(t *testing.T) {
 		t.Fatal("good engine not applied after a refused one")
 	}
 }
+
+// listingSink also lists its engines, like *core.Core.
+type listingSink struct{ *fakeSink }
+
+func (s listingSink) Engines() []controller.Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []controller.Engine
+	for _, e := range s.engines {
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestAgentRoleIsInitialOnly(t *testing.T) {
+	s := listingSink{newFakeSink()}
+	s.engines["e1"] = controller.Engine{ID: "e1", Role: controller.RolePrefill} // the controller moved it
+	r := NewRegistry(s, 5e9, nil)
+	// the agent still says decode (its configured initial role)
+	if err := r.Apply(1e9, snap("n1", 10, 1, eng("e1", true, 1, 10), eng("e2", true, 1, 10))); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.get("e1").Role; got != controller.RoleNone {
+		t.Fatalf("known engine upserted with role %v; want RoleNone (the controller keeps its role)", got)
+	}
+	if got := s.get("e2").Role; got != controller.RoleDecode {
+		t.Fatalf("new engine upserted with role %v; want the agent's decode", got)
+	}
+}
