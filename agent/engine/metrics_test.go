@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -107,5 +108,19 @@ vllm:kv_cache_usage_perc_extra NaN
 	}
 	if !math.IsNaN(Metrics{KVUsage: math.NaN()}.KVUsage) {
 		t.Fatal("BUG")
+	}
+}
+
+func BenchmarkParseVLLM(b *testing.B) {
+	body, err := os.ReadFile("../testdata/vllm_new.prom")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Parse(VLLM, bytes.NewReader(body)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

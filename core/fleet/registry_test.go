@@ -234,3 +234,19 @@ func TestAgentRoleIsInitialOnly(t *testing.T) {
 		t.Fatalf("new engine upserted with role %v; want the agent's decode", got)
 	}
 }
+
+func BenchmarkApplySnapshot8Engines(b *testing.B) {
+	r := NewRegistry(newFakeSink(), 5e9, nil)
+	var es []wire.EngineReport
+	for i := 0; i < 8; i++ {
+		es = append(es, eng(fmt.Sprintf("e%d", i), true, 100, 91056))
+	}
+	rep := snap("n1", 1, 1, es...)
+	b.ReportAllocs()
+	for b.Loop() {
+		rep.Seq++
+		if err := r.Apply(1e9, rep); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
