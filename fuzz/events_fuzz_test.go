@@ -3,9 +3,13 @@ package fuzz
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/narwhal-io/narwhal/core"
+	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/service"
 	"github.com/narwhal-io/narwhal/service/servicetest"
 )
@@ -21,7 +25,8 @@ func newEventsIngest(rec *servicetest.Recorder) *service.Ingest {
 // refused; the core sees exactly the accepted lines (a refused line changes
 // nothing, checked by replaying only the accepted lines into a fresh core
 // and by applying each refused line alone); every accepted line reads the
-// same under encoding/json (the reference decoder).
+// same under encoding/json (the reference decoder); and a line the real
+// core facade refuses leaves its whole state unchanged.
 func FuzzEventsDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"offer_started","ts_ns":1800000000000000000}`,
@@ -70,6 +75,7 @@ func FuzzEventsDecode(f *testing.F) {
 		if a, b := rec.Calls(), rec2.Calls(); !equalCalls(a, b) {
 			t.Fatalf("refused lines changed the core: with them %v, without %v", a, b)
 		}
+		realCoreUnchangedByRefused(t, lines)
 		for i, l := range lines {
 			if accepted[i+1] {
 				checkLineAgainstJSON(t, l)
@@ -83,6 +89,42 @@ func FuzzEventsDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+var (
+	realOnce sync.Once
+	realCore *core.Core
+	realIn   *service.Ingest
+)
+
+// realCoreUnchangedByRefused applies each line alone to one shared real
+// core facade; for every refused line, the core's whole /v1/state JSON must
+// be byte for byte what it was before.
+func realCoreUnchangedByRefused(t *testing.T, lines [][]byte) {
+	t.Helper()
+	realOnce.Do(func() {
+		c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			panic(err)
+		}
+		for _, id := range []string{"e1", "e2"} {
+			if err := c.UpsertEngine(controller.Engine{ID: id, Model: "facebook/opt-13b", GPU: "A100-80GB", Role: controller.RolePrefill, Live: true}); err != nil {
+				panic(err)
+			}
+		}
+		realCore = c
+		realIn = service.NewIngest(c, service.DefaultLimits(), 1<<20, 4096, func() int64 { return eventsNow }, nil)
+	})
+	for _, l := range lines {
+		before, _ := json.Marshal(realCore.State(eventsNow))
+		r := realIn.Apply(l)
+		if r.Refused == 0 {
+			continue
+		}
+		if after, _ := json.Marshal(realCore.State(eventsNow)); !bytes.Equal(before, after) {
+			t.Fatalf("refused line %q (%v) changed the core:\nbefore %s\nafter  %s", l, r.Errors, before, after)
+		}
+	}
 }
 
 func equalCalls(a, b []servicetest.Call) bool {
