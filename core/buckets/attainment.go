@@ -58,8 +58,8 @@ func (a *Attainment) Record(tsNs int64, o Outcome, ttftMet, tpotMet bool) bool {
 	if tsNs < 0 || o >= NumOutcomes {
 		return false
 	}
-	e := a.r.Epoch(tsNs)
-	if !a.r.Admit(e, a) || !a.r.Claim(e, a) {
+	e, ok := a.r.AdmitTs(tsNs, a)
+	if !ok || !a.r.Claim(e, a) {
 		return false
 	}
 	tag := ring.TagOf(e)

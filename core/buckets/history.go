@@ -3,6 +3,7 @@ package buckets
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/narwhal-io/narwhal/core/ring"
@@ -35,12 +36,49 @@ func keyShape(k uint64) Shape {
 	return Shape{Input: int64(k>>24) & MaxTokens, Output: int64(k) & MaxTokens}
 }
 
-// ProbeStart is a shape's home cell in the 128-cell table of a bucket. Cells
-// are probed from there, wrapping, for ProbeWindow cells. Exported so that
-// reference models can reproduce placement.
+// ProbeStart is a shape's home cell in the 128-cell table of a bucket: the
+// first cell of one of 16 groups of 8. Cells are probed from there for
+// ProbeWindow cells (the home group, then the next, wrapping). Exported so
+// that reference models can reproduce placement.
 func ProbeStart(s Shape) int {
-	h := shapeBits(s) * 0x9E3779B97F4A7C15
-	return int(h >> (64 - 7))
+	return int(shapeHash(s)>>60) * groupCells
+}
+
+func shapeHash(s Shape) uint64 { return shapeBits(s) * 0x9E3779B97F4A7C15 }
+
+// Each bucket keeps one control byte per cell (8 per word): 0 when the cell
+// is free, else 0x80 | 7 bits of the shape's hash. Writers find a shape's
+// cell by matching control bytes eight at a time (SWAR), and read keys only
+// for the candidates; readers skip free cells eight at a time. The key words
+// stay the authority: control bytes are maintained so that every live key
+// has its byte once writers are done (see setCtrl and ExpireSlot).
+const (
+	groupCells = 8
+	groups     = ExactCells / groupCells
+	lsbBytes   = uint64(0x0101010101010101)
+	msbBytes   = uint64(0x8080808080808080)
+	lowBytes   = uint64(0x7F7F7F7F7F7F7F7F)
+)
+
+func fingerprint(h uint64) uint64 { return 0x80 | (h>>52)&0x7F }
+
+// matchBytes has the top bit of every byte of c equal to b set (exact).
+func matchBytes(c, b uint64) uint64 {
+	x := c ^ (lsbBytes * b)
+	return ^((x&lowBytes + lowBytes) | x | lowBytes)
+}
+
+// setCtrl sets cell i's control byte to fp (0 clears it).
+func setCtrl(sh *slotShared, i int, fp uint64) {
+	w := &sh.ctrl[i/groupCells]
+	shift := uint(i%groupCells) * 8
+	for {
+		old := w.Load()
+		nw := old&^(0xFF<<shift) | fp<<shift
+		if nw == old || w.CompareAndSwap(old, nw) {
+			return
+		}
+	}
 }
 
 // Max words (overflow maxima): tag | max (24 bits) | observations at the max (25 bits).
@@ -57,11 +95,12 @@ const (
 )
 
 type slotShared struct {
+	ctrl   [groups]atomic.Uint64
 	keys   [ExactCells]atomic.Uint64
 	maxIn  atomic.Uint64
 	maxOut atomic.Uint64
 	meta   atomic.Uint64
-	_      [5]uint64
+	_      [13]uint64
 }
 
 // stripeBlock holds one stripe's counters of one slot; stripes of a slot are
@@ -122,7 +161,7 @@ func (h *History) Expired() (sized, unsized int64) {
 }
 
 func validShape(s Shape) bool {
-	return s.Input >= 0 && s.Output >= 0 && s.Input <= MaxTokens && s.Output <= MaxTokens
+	return uint64(s.Input) <= MaxTokens && uint64(s.Output) <= MaxTokens // negatives wrap high
 }
 
 func (h *History) block(slot, stripe int) *stripeBlock {
@@ -137,16 +176,53 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	if tsNs < 0 || !validShape(s) {
 		return false
 	}
-	e := h.r.Epoch(tsNs)
-	if !h.r.Admit(e, h) || !h.r.Claim(e, h) {
+	// The ring's fast paths, inlined by hand: this is the router's per
+	// request cost.
+	r := &h.r
+	e := r.NewestFast()
+	w := r.WidthNs()
+	if e == ring.None || uint64(tsNs-e*w) >= uint64(w) {
+		var ok bool
+		if e, ok = r.AdmitSlow(tsNs, h); !ok {
+			return false
+		}
+	}
+	if !r.Holds(e) && !r.Claim(e, h) {
 		return false
 	}
-	slot := h.r.Slot(e)
+	slot := r.Slot(e)
 	tag := ring.TagOf(e)
-	if !h.add(slot, tag, s) {
+	sh := &h.shared[slot]
+	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
+	i, ok := h.cell(sh, tag, s, true)
+	var c *atomic.Uint64
+	switch {
+	case i >= 0:
+		c = &b.cells[i]
+	case !ok:
 		return false
+	default:
+		c = &b.overflow
 	}
-	h.r.AfterWrite(e, h)
+	if old := c.Load(); old>>ring.ValueBits != tag || !c.CompareAndSwap(old, old+1) {
+		if !h.bumpSlow(c, tag) {
+			return false
+		}
+	}
+	if i < 0 {
+		if old := sh.maxIn.Load(); old>>ring.ValueBits != tag || uint64(s.Input) >= ring.WordValue(old)>>atMaxBits {
+			raiseMaxSlow(&sh.maxIn, tag, uint64(s.Input))
+		}
+		if old := sh.maxOut.Load(); old>>ring.ValueBits != tag || uint64(s.Output) >= ring.WordValue(old)>>atMaxBits {
+			raiseMaxSlow(&sh.maxOut, tag, uint64(s.Output))
+		}
+		if s.Output == 0 {
+			addMeta(&sh.meta, tag, 1, metaZeroSeen)
+		}
+	}
+	if e < r.NewestFast()-r.Keep() {
+		r.DrainStraggler(e, h)
+	}
 	return true
 }
 
@@ -155,22 +231,13 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 // epoch before anything was counted.
 func (h *History) add(slot int, tag uint64, s Shape) bool {
 	sh := &h.shared[slot]
-	b := h.block(slot, ring.Stripe(h.stripeMask))
-	if i, ok := h.cell(sh, tag, s, true); i >= 0 {
-		exp, ok := ring.Add(&b.cells[i], tag, 1)
-		if exp != 0 {
-			h.expSized.Add(int64(exp))
-		}
-		return ok
-	} else if !ok {
-		return false
+	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
+	i, ok := h.cell(sh, tag, s, true)
+	if i >= 0 {
+		return h.bump(&b.cells[i], tag)
 	}
-	exp, ok := ring.Add(&b.overflow, tag, 1)
-	if !ok {
+	if !ok || !h.bump(&b.overflow, tag) {
 		return false
-	}
-	if exp != 0 {
-		h.expSized.Add(int64(exp))
 	}
 	raiseMax(&sh.maxIn, tag, uint64(s.Input))
 	raiseMax(&sh.maxOut, tag, uint64(s.Output))
@@ -180,39 +247,79 @@ func (h *History) add(slot int, tag uint64, s Shape) bool {
 	return true
 }
 
-// cell finds the exact cell of s in the bucket tagged tag, claiming a free
-// (empty or stale) one within the probe window when claim is set. It
-// returns -1 for overflow; ok false when a newer epoch owns the slot.
+// bump adds one to the sized counter w for tag: one CAS when w already
+// belongs to tag, else the lazy clear of ring.Add.
+func (h *History) bump(w *atomic.Uint64, tag uint64) bool {
+	old := w.Load()
+	if old>>ring.ValueBits == tag && w.CompareAndSwap(old, old+1) {
+		return true
+	}
+	return h.bumpSlow(w, tag)
+}
+
+func (h *History) bumpSlow(w *atomic.Uint64, tag uint64) bool {
+	exp, ok := ring.Add(w, tag, 1)
+	if exp != 0 {
+		h.expSized.Add(int64(exp))
+	}
+	return ok
+}
+
+// cell finds the exact cell of s in the bucket tagged tag, claiming the
+// first free (empty or stale) one within the probe window when claim is set.
+// It returns -1 for overflow; ok false when a newer epoch owns the slot.
 func (h *History) cell(sh *slotShared, tag uint64, s Shape, claim bool) (int, bool) {
 	want := keyOf(tag, s)
-	home := ProbeStart(s)
-	for j := 0; j < ProbeWindow; j++ {
-		i := (home + j) & (ExactCells - 1)
-		k := &sh.keys[i]
-		for {
-			v := k.Load()
-			if v == want {
+	hash := shapeHash(s)
+	fp := fingerprint(hash)
+	g := int(hash >> 60)
+	// Fast miss: both groups of the window full and no fingerprint match
+	// (the common case once a busy bucket's table has filled).
+	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[(g+1)%groups].Load()
+	if matchBytes(c0, fp)|matchBytes(c1, fp)|(^c0&msbBytes)|(^c1&msbBytes) == 0 {
+		return -1, true
+	}
+	for n := 0; n < ProbeWindow/groupCells; n++ {
+		base := ((g + n) % groups) * groupCells
+		c := sh.ctrl[(g+n)%groups].Load()
+		for m := matchBytes(c, fp); m != 0; m &= m - 1 {
+			i := base + bits.TrailingZeros64(m)/8
+			if sh.keys[i].Load() == want {
 				return i, true
 			}
-			free := v&presentBit == 0
-			if !free {
-				switch ring.Compare(ring.WordTag(v), tag) {
-				case ring.Same:
-					goto next // another shape of this bucket
-				case ring.Newer:
-					return -1, false
-				}
-				free = true // stale: an expired bucket's shape
-			}
-			if !claim {
-				goto next
-			}
-			if k.CompareAndSwap(v, want) {
-				return i, true
-			}
-			// lost a race for this cell: look at it again
 		}
-	next:
+		// Cells whose control byte says free, in probe order. The first one
+		// that really is free ends the search: a shape takes the first free
+		// cell of its window and cells are never freed within a bucket, so
+		// the shape cannot lie beyond it.
+		for m := ^c & msbBytes; m != 0; m &= m - 1 {
+			i := base + bits.TrailingZeros64(m)/8
+			k := &sh.keys[i]
+			for {
+				v := k.Load()
+				if v == want { // its writer has not set the byte yet
+					setCtrl(sh, i, fp)
+					return i, true
+				}
+				if v&presentBit != 0 {
+					rel := ring.Compare(ring.WordTag(v), tag)
+					if rel == ring.Same { // another shape, byte not yet set
+						setCtrl(sh, i, fingerprint(shapeHash(keyShape(v))))
+						break
+					}
+					if rel == ring.Newer {
+						return -1, false
+					}
+				}
+				if !claim {
+					return -1, true
+				}
+				if k.CompareAndSwap(v, want) {
+					setCtrl(sh, i, fp)
+					return i, true
+				}
+			}
+		}
 	}
 	return -1, true
 }
@@ -220,6 +327,13 @@ func (h *History) cell(sh *slotShared, tag uint64, s Shape, claim bool) (int, bo
 // raiseMax raises the overflow maximum word w to v, counting how many
 // observations sit at the maximum.
 func raiseMax(w *atomic.Uint64, tag, v uint64) {
+	if old := w.Load(); old>>ring.ValueBits == tag && v < ring.WordValue(old)>>atMaxBits {
+		return // the common case: below the maximum, nothing to write
+	}
+	raiseMaxSlow(w, tag, v)
+}
+
+func raiseMaxSlow(w *atomic.Uint64, tag, v uint64) {
 	for {
 		old := w.Load()
 		var nw uint64
@@ -308,8 +422,8 @@ func (h *History) RecordUnsized(tsNs int64) bool {
 	if tsNs < 0 {
 		return false
 	}
-	e := h.r.Epoch(tsNs)
-	if !h.r.Admit(e, h) || !h.r.Claim(e, h) {
+	e, ok := h.r.AdmitTs(tsNs, h)
+	if !ok || !h.r.Claim(e, h) {
 		return false
 	}
 	slot := h.r.Slot(e)
@@ -388,7 +502,19 @@ func (h *History) ExpireSlot(slot int, through int64) int64 {
 	tag := ring.TagOf(through)
 	sh := &h.shared[slot]
 	for i := range sh.keys {
-		ring.Drain(&sh.keys[i], tag)
+		k := &sh.keys[i]
+		v := k.Load()
+		if v&presentBit == 0 || ring.WordTag(v) != tag {
+			continue
+		}
+		// clear the byte first, then the key; if the key was taken for a
+		// newer epoch meanwhile, give the byte back to it
+		setCtrl(sh, i, 0)
+		if !k.CompareAndSwap(v, 0) {
+			if nv := k.Load(); nv&presentBit != 0 && ring.WordTag(nv) != tag {
+				setCtrl(sh, i, fingerprint(shapeHash(keyShape(nv))))
+			}
+		}
 	}
 	ring.Drain(&sh.maxIn, tag)
 	ring.Drain(&sh.maxOut, tag)

@@ -74,8 +74,8 @@ func (p *Pressure) Record(tsNs int64, ratio float64) bool {
 	}
 	ratio = min(ratio, MaxPressureRatio)
 	fixed := uint64(math.Round(ratio * pressureScale))
-	e := p.r.Epoch(tsNs)
-	if !p.r.Admit(e, p) || !p.r.Claim(e, p) {
+	e, ok := p.r.AdmitTs(tsNs, p)
+	if !ok || !p.r.Claim(e, p) {
 		return false
 	}
 	tag := ring.TagOf(e)

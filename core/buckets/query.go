@@ -1,6 +1,10 @@
 package buckets
 
-import "github.com/narwhal-io/narwhal/core/ring"
+import (
+	"math/bits"
+
+	"github.com/narwhal-io/narwhal/core/ring"
+)
 
 // bucketSummary is what one bucket holds, read at query time.
 type bucketSummary struct {
@@ -21,22 +25,10 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 	slot := h.r.Slot(epoch)
 	tag := ring.TagOf(epoch)
 	sh := &h.shared[slot]
-	for i := range sh.keys {
-		k := sh.keys[i].Load()
-		if k&presentBit == 0 || ring.WordTag(k) != tag {
-			continue
-		}
-		sum.claimed++
-		var c uint64
-		for st := 0; st <= h.stripeMask; st++ {
-			c += ring.Value(&h.block(slot, st).cells[i], tag)
-		}
-		if c == 0 {
-			continue
-		}
-		sum.exact += int64(c)
-		if appendCells {
-			dst = append(dst, Cell{Shape: keyShape(k), Count: int64(c)})
+	for g := range sh.ctrl {
+		for m := sh.ctrl[g].Load() & msbBytes; m != 0; m &= m - 1 {
+			i := g*groupCells + bits.TrailingZeros64(m)/8
+			dst = h.readCell(sh, slot, tag, i, dst, appendCells, &sum)
 		}
 	}
 	for st := 0; st <= h.stripeMask; st++ {
@@ -52,6 +44,27 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 	sum.overflow.ZeroOutput = sum.overflow.Count > 0 && m&metaZeroSeen != 0
 	sum.invalid = m&metaInvalid != 0
 	return dst, sum
+}
+
+// readCell reads exact cell i of the bucket tagged tag into sum (and dst).
+func (h *History) readCell(sh *slotShared, slot int, tag uint64, i int, dst []Cell, appendCells bool, sum *bucketSummary) []Cell {
+	k := sh.keys[i].Load()
+	if k&presentBit == 0 || ring.WordTag(k) != tag {
+		return dst
+	}
+	sum.claimed++
+	var c uint64
+	for st := 0; st <= h.stripeMask; st++ {
+		c += ring.Value(&h.block(slot, st).cells[i], tag)
+	}
+	if c == 0 {
+		return dst
+	}
+	sum.exact += int64(c)
+	if appendCells {
+		dst = append(dst, Cell{Shape: keyShape(k), Count: int64(c)})
+	}
+	return dst
 }
 
 func mergeCohort(dst *Cohort, c Cohort) {

@@ -276,20 +276,31 @@ func TestRejectedBeforeTokenizationKeepsEstimate(t *testing.T) {
 }
 
 // fillExact fills bucket ts with 128 distinct exact shapes (smaller than
-// anything the tests overflow) so that later shapes overflow.
+// anything the tests overflow) so that later shapes overflow; it skips
+// shapes that would overflow on their own (their probe window full).
 func fillExact(t *testing.T, h *History, ts int64) {
 	t.Helper()
+	var used [ExactCells]bool
 	n := 0
 	for i := 0; n < ExactCells; i++ {
 		s := Shape{Input: int64(1 + i), Output: 1}
-		if !h.Record(ts, s) {
-			t.Fatal("fill refused")
+		home := ProbeStart(s)
+		for j := 0; j < ProbeWindow; j++ {
+			if c := (home + j) % ExactCells; !used[c] {
+				used[c] = true
+				n++
+				if !h.Record(ts, s) {
+					t.Fatal("fill refused")
+				}
+				break
+			}
 		}
-		cells, _ := h.Window(ts, ts, nil)
-		n = len(cells)
 		if i > 100000 {
 			t.Fatal("BUG: cannot fill exact cells")
 		}
+	}
+	if cells, w := h.Window(ts, ts, nil); len(cells) != ExactCells || w.Overflow.Count != 0 {
+		t.Fatalf("BUG: fill left %d cells, %d overflow", len(cells), w.Overflow.Count)
 	}
 }
 

@@ -195,6 +195,30 @@ func (r *Ring) lowerFirst(epoch int64) {
 	}
 }
 
+// AdmitTs maps tsNs (>= 0) to its epoch and admits it (see Admit). The
+// common case, tsNs in the newest bucket, costs one load and no division.
+func (r *Ring) AdmitTs(tsNs int64, x Expirer) (int64, bool) {
+	n := r.newest.Load()
+	if n != None && uint64(tsNs-n*r.widthNs) < uint64(r.widthNs) {
+		return n, true
+	}
+	return r.admitSlow(tsNs, x)
+}
+
+// NewestFast is the newest epoch (None when empty), for inlined fast paths.
+func (r *Ring) NewestFast() int64 { return r.newest.Load() }
+
+// AdmitSlow is AdmitTs without its fast path, for callers that inline it.
+func (r *Ring) AdmitSlow(tsNs int64, x Expirer) (int64, bool) { return r.admitSlow(tsNs, x) }
+
+// DrainStraggler is AfterWrite's slow path, for callers that inline it.
+func (r *Ring) DrainStraggler(epoch int64, x Expirer) { r.drainStraggler(epoch, x) }
+
+func (r *Ring) admitSlow(tsNs int64, x Expirer) (int64, bool) {
+	e := tsNs / r.widthNs
+	return e, r.Admit(e, x)
+}
+
 // Advance moves the newest epoch to the bucket of a trusted clock reading
 // (the caller's own clock, e.g. the controller step), expiring what falls
 // out of retention. It never moves backwards and has no far-ahead bound. It
@@ -256,6 +280,13 @@ func (r *Ring) advanceCount(n, epoch int64, x Expirer, got *int64) bool {
 // has done so already), so a slot never mixes live words of two epochs that
 // are far apart (their tags could alias).
 func (r *Ring) Claim(epoch int64, x Expirer) bool {
+	if r.slots[epoch&r.mask].epoch.Load() == epoch {
+		return true
+	}
+	return r.claimSlow(epoch, x)
+}
+
+func (r *Ring) claimSlow(epoch int64, x Expirer) bool {
 	s := int(epoch & r.mask)
 	st := &r.slots[s]
 	for {
@@ -287,10 +318,13 @@ func (r *Ring) Holds(epoch int64) bool {
 // expired exactly once (the drainer that ran before the write could not see
 // it).
 func (r *Ring) AfterWrite(epoch int64, x Expirer) {
-	n := r.newest.Load()
-	if epoch < n-r.keep {
-		x.ExpireSlot(r.Slot(epoch), epoch)
+	if epoch < r.newest.Load()-r.keep {
+		r.drainStraggler(epoch, x)
 	}
+}
+
+func (r *Ring) drainStraggler(epoch int64, x Expirer) {
+	x.ExpireSlot(r.Slot(epoch), epoch)
 }
 
 // expire drains the expired epoch through from slot s, unless it was

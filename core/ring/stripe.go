@@ -33,11 +33,18 @@ func Stripes() int {
 
 // Stripe returns the stripe index (0..mask) for the calling goroutine: the
 // id of the P it runs on, so that goroutines running at the same time on
-// different Ps update different cache lines.
+// different Ps update different cache lines. With mask 0 it costs nothing.
 func Stripe(mask int) int {
+	if mask == 0 {
+		return 0
+	}
+	return pid() & mask
+}
+
+func pid() int {
 	id := procPin()
 	procUnpin()
-	return id & mask
+	return id
 }
 
 // Pad fills the rest of a cache line (two lines, against adjacent-line

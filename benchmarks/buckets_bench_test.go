@@ -1,0 +1,343 @@
+package benchmarks
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
+)
+
+// Shapes of the Azure LLM inference trace (conversation), loaded once,
+// before any timer starts.
+const bkTraceName = "AzureLLMInferenceTrace_conv.csv"
+
+var (
+	bkOnce   sync.Once
+	bkShapes []buckets.Shape
+	bkErr    string
+)
+
+// bkFindTrace walks up from the working directory looking for
+// shared/traces/<name> (the repository lives beside shared/).
+func bkFindTrace(name string) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		p := filepath.Join(dir, "shared", "traces", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+func bkLoad() {
+	p := bkFindTrace(bkTraceName)
+	if p == "" {
+		bkErr = "trace " + bkTraceName + " not found in any shared/traces above the working directory"
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		bkErr = "open trace: " + err.Error()
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		parts := strings.Split(sc.Text(), ",")
+		if len(parts) != 3 {
+			continue
+		}
+		in, err1 := strconv.ParseInt(parts[1], 10, 64)
+		out, err2 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		bkShapes = append(bkShapes, buckets.Shape{Input: in, Output: out})
+	}
+	if len(bkShapes) == 0 {
+		bkErr = "trace " + p + " holds no shapes"
+	}
+}
+
+func bkTrace(b *testing.B) []buckets.Shape {
+	b.Helper()
+	bkOnce.Do(bkLoad)
+	if bkErr != "" {
+		b.Skip(bkErr)
+	}
+	return bkShapes
+}
+
+const (
+	bkBase   = int64(1_795_000_000) * 1e9
+	bkWidth  = int64(1e9)     // 1 s buckets
+	bkWindow = int64(60e9)    // demand window: 60 buckets
+	bkStep   = bkWidth / 4096 // time advance per record: 4096 records per bucket
+)
+
+func bkDemand(b *testing.B) *buckets.Demand {
+	b.Helper()
+	d, err := buckets.NewDemand(buckets.DemandConfig{BucketWidthNs: bkWidth, DemandWindowNs: bkWindow})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkArrivalRecord: one sized arrival per op, time advancing so that
+// buckets fill (128 exact cells, the rest overflow) and expire.
+func BenchmarkArrivalRecord(b *testing.B) {
+	shapes := bkTrace(b)
+	h := bkDemand(b).Arrivals
+	b.ReportAllocs()
+	b.ResetTimer()
+	ts := bkBase
+	j := 0
+	for i := 0; i < b.N; i++ {
+		h.Record(ts, shapes[j])
+		ts += bkStep
+		if j++; j == len(shapes) {
+			j = 0
+		}
+	}
+}
+
+// BenchmarkArrivalRecordParallel: the same from every P at once (each
+// goroutine with its own clock at the same rate, from its own place in the
+// trace).
+func BenchmarkArrivalRecordParallel(b *testing.B) {
+	shapes := bkTrace(b)
+	h := bkDemand(b).Arrivals
+	var seq sync.Mutex
+	start := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		seq.Lock()
+		j := start % len(shapes)
+		start += 7919
+		seq.Unlock()
+		ts := bkBase
+		for pb.Next() {
+			h.Record(ts, shapes[j])
+			ts += bkStep
+			if j++; j == len(shapes) {
+				j = 0
+			}
+		}
+	})
+}
+
+// BenchmarkReprice: one estimate -> exact reprice per op, at the original
+// arrival time, inside a bucket holding the trace's shapes.
+func BenchmarkReprice(b *testing.B) {
+	shapes := bkTrace(b)
+	h := bkDemand(b).Arrivals
+	n := 4096
+	est := make([]buckets.Shape, n)
+	exact := make([]buckets.Shape, n)
+	for i := range est {
+		s := shapes[i%len(shapes)]
+		est[i] = buckets.Shape{Input: s.Input + s.Input/16 + 1, Output: s.Output} // bytes/4 overshoots
+		exact[i] = s
+		h.Record(bkBase, est[i])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := i % n
+		if (i/n)%2 == 0 {
+			h.Reprice(bkBase, est[k], exact[k])
+		} else {
+			h.Reprice(bkBase, exact[k], est[k])
+		}
+	}
+}
+
+// BenchmarkAttainmentRecord: one request outcome per op.
+func BenchmarkAttainmentRecord(b *testing.B) {
+	shapes := bkTrace(b)
+	a, err := buckets.NewAttainment(10e9, 4*bkWindow)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	ts := bkBase
+	for i := 0; i < b.N; i++ {
+		s := shapes[i%len(shapes)]
+		a.Record(ts, buckets.Outcome(i&3), s.Input < 2000, s.Output < 400)
+		ts += bkStep
+	}
+}
+
+// bkFilled is an arrivals history whose 61 retained buckets each hold
+// perBucket trace shapes.
+func bkFilled(b *testing.B, perBucket int) (*buckets.History, int64) {
+	shapes := bkTrace(b)
+	h := bkDemand(b).Arrivals
+	j := 0
+	ts := bkBase
+	for k := 0; k < 61; k++ {
+		ts = bkBase + int64(k)*bkWidth
+		for i := 0; i < perBucket; i++ {
+			h.Record(ts+int64(i), shapes[j%len(shapes)])
+			j++
+		}
+	}
+	return h, ts
+}
+
+// BenchmarkPrune: the controller's per-step Prune on a full arrivals
+// history (recording has already expired what fell out, as in steady state).
+func BenchmarkPrune(b *testing.B) {
+	h, _ := bkFilled(b, 400)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.Prune()
+	}
+}
+
+// BenchmarkWindowQuery: one full 60-bucket demand window (plus the
+// boundary bucket) into a caller buffer; every bucket holds 400 trace
+// shapes (a busy router: the 128-cell tables are full and overflow).
+func BenchmarkWindowQuery(b *testing.B) {
+	h, last := bkFilled(b, 400)
+	buf := make([]buckets.Cell, 0, 61*buckets.ExactCells)
+	from := last - bkWindow + bkWidth/2 // mid-bucket: the boundary bucket counts whole
+	cells, w := h.Window(from, last, buf[:0])
+	if w.Buckets != 61 || len(cells) < 60*100 {
+		b.Fatalf("BUG: window of %d buckets, %d cells", w.Buckets, len(cells))
+	}
+	b.ReportMetric(float64(len(cells)), "cells/op")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cells, _ = h.Window(from, last, buf[:0])
+	}
+	_ = cells
+}
+
+func bkHistogram() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "narwhal_bench_input_tokens",
+		Help:    "Baseline: input tokens.",
+		Buckets: prometheus.ExponentialBuckets(16, 2, 12),
+	})
+}
+
+// BenchmarkBaselinePrometheusHistogramObserve: what a router would pay to
+// record the input length alone in a Prometheus histogram.
+func BenchmarkBaselinePrometheusHistogramObserve(b *testing.B) {
+	shapes := bkTrace(b)
+	h := bkHistogram()
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		h.Observe(float64(shapes[j].Input))
+		if j++; j == len(shapes) {
+			j = 0
+		}
+	}
+}
+
+func BenchmarkBaselinePrometheusHistogramObserveParallel(b *testing.B) {
+	shapes := bkTrace(b)
+	h := bkHistogram()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		j := 0
+		for pb.Next() {
+			h.Observe(float64(shapes[j].Input))
+			if j++; j == len(shapes) {
+				j = 0
+			}
+		}
+	})
+}
+
+// bkMutexMap is the plain alternative: a mutex and a map per bucket,
+// expired buckets deleted as time advances.
+type bkMutexMap struct {
+	mu     sync.Mutex
+	newest int64
+	b      map[int64]map[buckets.Shape]int64
+}
+
+func (m *bkMutexMap) record(ts int64, s buckets.Shape) {
+	e := ts / bkWidth
+	m.mu.Lock()
+	if e > m.newest {
+		m.newest = e
+		for k := range m.b {
+			if k < e-bkWindow/bkWidth {
+				delete(m.b, k)
+			}
+		}
+	}
+	c := m.b[e]
+	if c == nil {
+		c = map[buckets.Shape]int64{}
+		m.b[e] = c
+	}
+	c[s]++
+	m.mu.Unlock()
+}
+
+func BenchmarkBaselineMutexMapRecord(b *testing.B) {
+	shapes := bkTrace(b)
+	m := &bkMutexMap{b: map[int64]map[buckets.Shape]int64{}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	ts := bkBase
+	j := 0
+	for i := 0; i < b.N; i++ {
+		m.record(ts, shapes[j])
+		ts += bkStep
+		if j++; j == len(shapes) {
+			j = 0
+		}
+	}
+}
+
+func BenchmarkBaselineMutexMapRecordParallel(b *testing.B) {
+	shapes := bkTrace(b)
+	m := &bkMutexMap{b: map[int64]map[buckets.Shape]int64{}}
+	var seq sync.Mutex
+	start := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		seq.Lock()
+		j := start % len(shapes)
+		start += 7919
+		seq.Unlock()
+		ts := bkBase
+		for pb.Next() {
+			m.record(ts, shapes[j])
+			ts += bkStep
+			if j++; j == len(shapes) {
+				j = 0
+			}
+		}
+	})
+}
