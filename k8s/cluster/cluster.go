@@ -1,0 +1,278 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/actuate"
+	"github.com/narwhal-io/narwhal/k8s/discover"
+	"github.com/narwhal-io/narwhal/k8s/leader"
+	"github.com/narwhal-io/narwhal/k8s/statestore"
+)
+
+// ErrNotBound is returned by Run before Bind.
+var ErrNotBound = errors.New("cluster: Run before Bind")
+
+// Core is what the cluster needs from the embedded core; *core.Core
+// satisfies it.
+type Core interface {
+	UpsertEngine(e controller.Engine) error
+	RemoveEngine(id string) error
+	MoveDone(engineID string, nowNs int64, err error)
+	Engines() []controller.Engine
+	Step(nowNs int64) controller.Decision
+}
+
+// StateHolder saves and restores the controller state;
+// *controller.Controller (core.Core.Controller()) satisfies it.
+type StateHolder interface {
+	State() controller.PersistedState
+	Restore(st controller.PersistedState) error
+}
+
+// Cluster runs discovery, election, state and actuation for one replica.
+type Cluster struct {
+	client kubernetes.Interface
+	cfg    Config
+	logger *slog.Logger
+
+	el    *leader.Elector
+	store *statestore.Store
+	act   *actuate.Actuator
+
+	mu        sync.Mutex
+	core      Core
+	state     StateHolder
+	disc      *discover.Discoverer
+	stepEvery time.Duration
+
+	steps     atomic.Uint64
+	saveFails prometheus.Counter
+}
+
+// New builds the replica's Kubernetes side from cfg (after FromEnv).
+func New(client kubernetes.Interface, cfg Config, logger *slog.Logger) (*Cluster, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	k := &Cluster{client: client, cfg: cfg, logger: logger.With("component", "cluster")}
+	var err error
+	if k.el, err = leader.New(client, cfg.leaderConfig(), logger); err != nil {
+		return nil, err
+	}
+	if k.store, err = statestore.New(client, cfg.Namespace, cfg.StateConfigMap,
+		statestore.WithFence(k.el.IsLeader), statestore.WithIdentity(cfg.PodName)); err != nil {
+		return nil, err
+	}
+	if k.act, err = actuate.New(client, cfg.actuateConfig(), k, actuate.ResidentDrained(k.engines), k.moveDone,
+		actuate.WithLogger(logger)); err != nil {
+		return nil, err
+	}
+	k.saveFails = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "narwhal_k8s_state_save_failures_total",
+		Help: "Controller state saves to the ConfigMap that failed.",
+	})
+	return k, nil
+}
+
+// Actuator is the controller.Actuator to build the core with.
+func (k *Cluster) Actuator() controller.Actuator { return k.act }
+
+// Elector exposes the election (IsLeader, Leader).
+func (k *Cluster) Elector() *leader.Elector { return k.el }
+
+// IsLeader reports whether this replica's controller decides now.
+func (k *Cluster) IsLeader() bool { return k.el.IsLeader() }
+
+// Steps counts the controller steps this replica has run as leader.
+func (k *Cluster) Steps() uint64 { return k.steps.Load() }
+
+// Bind attaches the core, its state holder and the step period.
+func (k *Cluster) Bind(c Core, st StateHolder, stepEvery time.Duration) error {
+	if c == nil || st == nil || stepEvery <= 0 {
+		return fmt.Errorf("%w: Bind needs a core, a state holder and a step period > 0", ErrInvalidConfig)
+	}
+	d, err := discover.New(k.client, k.cfg.discoverConfig(), c, k.logger)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.core, k.state, k.disc, k.stepEvery = c, st, d, stepEvery
+	return nil
+}
+
+// Collectors returns every metric of the Kubernetes side.
+func (k *Cluster) Collectors() []prometheus.Collector {
+	cs := append(k.el.Collectors(), k.act.Collectors()...)
+	cs = append(cs, k.saveFails)
+	k.mu.Lock()
+	if k.disc != nil {
+		cs = append(cs, k.disc.Collectors()...)
+	}
+	k.mu.Unlock()
+	return cs
+}
+
+// PodFor makes the cluster the actuator's pod locator (via discovery).
+func (k *Cluster) PodFor(id string) (discover.PodRef, bool) {
+	k.mu.Lock()
+	d := k.disc
+	k.mu.Unlock()
+	if d == nil {
+		return discover.PodRef{}, false
+	}
+	return d.PodFor(id)
+}
+
+func (k *Cluster) bound() (Core, StateHolder, *discover.Discoverer, time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.core, k.state, k.disc, k.stepEvery
+}
+
+func (k *Cluster) engines() []controller.Engine {
+	if c, _, _, _ := k.bound(); c != nil {
+		return c.Engines()
+	}
+	return nil
+}
+
+func (k *Cluster) moveDone(id string, nowNs int64, err error) {
+	if c, _, _, _ := k.bound(); c != nil {
+		c.MoveDone(id, nowNs, err)
+	}
+}
+
+// Run discovers engines and campaigns until ctx ends; while leading it
+// steps the controller. It waits for moves in flight before returning.
+func (k *Cluster) Run(ctx context.Context) error {
+	_, _, disc, _ := k.bound()
+	if disc == nil {
+		return ErrNotBound
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := disc.Run(ctx); err != nil {
+			k.logger.Error("discovery stopped", "err", err)
+		}
+	}()
+	err := k.el.Run(ctx, k.lead, k.follow)
+	wg.Wait()
+	if cerr := k.act.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// lead runs one leadership term.
+func (k *Cluster) lead(ctx context.Context) {
+	c, st, _, every := k.bound()
+	if !k.restore(ctx, st) {
+		return
+	}
+	k.labelSelf(ctx, true)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if !k.el.IsLeader() {
+				return
+			}
+			c.Step(now.UnixNano())
+			k.steps.Add(1)
+			k.save(ctx, st)
+		}
+	}
+}
+
+// restore loads the saved state; false when the term ended first.
+func (k *Cluster) restore(ctx context.Context, st StateHolder) bool {
+	retry := dur(k.cfg.RetryPeriodS)
+	for {
+		blob, err := k.store.Load(ctx, k.cfg.StateKey)
+		switch {
+		case err == nil:
+			var ps controller.PersistedState
+			if err := json.Unmarshal(blob, &ps); err != nil {
+				k.logger.Error("saved controller state unreadable; starting fresh", "err", err)
+				return true
+			}
+			if err := st.Restore(ps); err != nil {
+				k.logger.Error("saved controller state refused; starting fresh", "err", err)
+				return true
+			}
+			k.logger.Info("restored controller state", "seq", ps.Seq, "engines", len(ps.Engines))
+			return true
+		case errors.Is(err, statestore.ErrNotFound):
+			k.logger.Info("no saved controller state; starting fresh")
+			return true
+		}
+		k.logger.Warn("cannot read controller state; not deciding yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(retry):
+		}
+	}
+}
+
+func (k *Cluster) save(ctx context.Context, st StateHolder) {
+	blob, err := json.Marshal(st.State())
+	if err == nil {
+		err = k.store.Save(ctx, k.cfg.StateKey, blob)
+	}
+	if err != nil {
+		k.saveFails.Inc()
+		k.logger.Error("save controller state", "err", err)
+	}
+}
+
+func (k *Cluster) follow() {
+	ctx, cancel := context.WithTimeout(context.Background(), dur(k.cfg.RenewDeadlineS))
+	defer cancel()
+	k.labelSelf(ctx, false)
+}
+
+// labelSelf sets or removes narwhal.io/leader on this replica's own pod
+// (best effort: logged on failure).
+func (k *Cluster) labelSelf(ctx context.Context, leading bool) {
+	if !k.cfg.LabelLeader {
+		return
+	}
+	var v any
+	if leading {
+		v = "true"
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelLeader: v}}})
+	if err != nil {
+		k.logger.Error("BUG: encode leader label patch", "err", err)
+		return
+	}
+	if _, err := k.client.CoreV1().Pods(k.cfg.Namespace).Patch(ctx, k.cfg.PodName, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		k.logger.Warn("cannot label own pod", "leading", leading, "err", err)
+	}
+}

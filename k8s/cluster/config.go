@@ -1,0 +1,126 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/narwhal-io/narwhal/k8s/actuate"
+	"github.com/narwhal-io/narwhal/k8s/discover"
+	"github.com/narwhal-io/narwhal/k8s/leader"
+)
+
+// ErrInvalidConfig is returned (wrapped) by Validate and New.
+var ErrInvalidConfig = errors.New("cluster: invalid config")
+
+// Config is the `kubernetes` section of the narwhal-core configuration.
+type Config struct {
+	// Namespace and PodName identify this replica; empty means the
+	// POD_NAMESPACE and POD_NAME environment variables (downward API).
+	Namespace string `yaml:"namespace" json:"namespace"`
+	PodName   string `yaml:"pod_name" json:"pod_name"`
+
+	LeaseName      string  `yaml:"lease_name" json:"lease_name"`
+	LeaseDurationS float64 `yaml:"lease_duration_s" json:"lease_duration_s"`
+	RenewDeadlineS float64 `yaml:"renew_deadline_s" json:"renew_deadline_s"`
+	RetryPeriodS   float64 `yaml:"retry_period_s" json:"retry_period_s"`
+
+	// StateConfigMap (in Namespace) holds the controller state under
+	// StateKey.
+	StateConfigMap string `yaml:"state_configmap" json:"state_configmap"`
+	StateKey       string `yaml:"state_key" json:"state_key"`
+
+	// EngineNamespace ("" = every namespace) and EngineSelector select
+	// the engine pods.
+	EngineNamespace string `yaml:"engine_namespace" json:"engine_namespace"`
+	EngineSelector  string `yaml:"engine_selector" json:"engine_selector"`
+
+	DrainTimeoutS        float64 `yaml:"drain_timeout_s" json:"drain_timeout_s"`
+	DrainPollS           float64 `yaml:"drain_poll_s" json:"drain_poll_s"`
+	SwitchTimeoutS       float64 `yaml:"switch_timeout_s" json:"switch_timeout_s"`
+	SwitchOnDrainTimeout bool    `yaml:"switch_on_drain_timeout" json:"switch_on_drain_timeout"`
+
+	// LabelLeader labels the leader's own pod narwhal.io/leader=true.
+	LabelLeader bool `yaml:"label_leader" json:"label_leader"`
+}
+
+// LabelLeader is the label the leader puts on its own pod.
+const LabelLeader = "narwhal.io/leader"
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	l, a := leader.DefaultConfig(), actuate.DefaultConfig()
+	return Config{
+		LeaseName:      l.LeaseName,
+		LeaseDurationS: l.LeaseDuration.Seconds(),
+		RenewDeadlineS: l.RenewDeadline.Seconds(),
+		RetryPeriodS:   l.RetryPeriod.Seconds(),
+		StateConfigMap: "narwhal-core-state",
+		StateKey:       "controller-state.json",
+		EngineSelector: "narwhal.io/role in (prefill,decode)",
+		DrainTimeoutS:  a.DrainTimeout.Seconds(),
+		DrainPollS:     a.DrainPoll.Seconds(),
+		SwitchTimeoutS: a.SwitchTimeout.Seconds(),
+		LabelLeader:    true,
+	}
+}
+
+// FromEnv fills Namespace and PodName from getenv (POD_NAMESPACE,
+// POD_NAME) where they are empty.
+func (c Config) FromEnv(getenv func(string) string) Config {
+	if c.Namespace == "" {
+		c.Namespace = getenv("POD_NAMESPACE")
+	}
+	if c.PodName == "" {
+		c.PodName = getenv("POD_NAME")
+	}
+	return c
+}
+
+func dur(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+
+func (c Config) leaderConfig() leader.Config {
+	return leader.Config{Namespace: c.Namespace, LeaseName: c.LeaseName, Identity: c.PodName,
+		LeaseDuration: dur(c.LeaseDurationS), RenewDeadline: dur(c.RenewDeadlineS), RetryPeriod: dur(c.RetryPeriodS)}
+}
+
+func (c Config) actuateConfig() actuate.Config {
+	return actuate.Config{DrainTimeout: dur(c.DrainTimeoutS), DrainPoll: dur(c.DrainPollS),
+		SwitchTimeout: dur(c.SwitchTimeoutS), SwitchOnDrainTimeout: c.SwitchOnDrainTimeout}
+}
+
+func (c Config) discoverConfig() discover.Config {
+	return discover.Config{Namespace: c.EngineNamespace, Selector: c.EngineSelector}
+}
+
+// Validate names the first field that breaks a rule (prefixed
+// "kubernetes.").
+func (c Config) Validate() error {
+	bad := func(field string, v any, rule string) error {
+		return fmt.Errorf("%w: kubernetes.%s must be %s, got %v", ErrInvalidConfig, field, rule, v)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"lease_duration_s", c.LeaseDurationS}, {"renew_deadline_s", c.RenewDeadlineS}, {"retry_period_s", c.RetryPeriodS},
+		{"drain_timeout_s", c.DrainTimeoutS}, {"drain_poll_s", c.DrainPollS}, {"switch_timeout_s", c.SwitchTimeoutS}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v <= 0 || f.v > 86400 {
+			return bad(f.name, f.v, "in (0, 86400]")
+		}
+	}
+	switch {
+	case c.Namespace == "":
+		return bad("namespace", `""`, "set (or POD_NAMESPACE)")
+	case c.PodName == "":
+		return bad("pod_name", `""`, "set (or POD_NAME)")
+	case c.StateConfigMap == "":
+		return bad("state_configmap", `""`, "set")
+	case c.StateKey == "":
+		return bad("state_key", `""`, "set")
+	}
+	if err := c.leaderConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: kubernetes: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

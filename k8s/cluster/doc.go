@@ -1,0 +1,32 @@
+// Package cluster wires the Kubernetes pieces around one narwhal-core
+// replica (a router with an embedded core, or the narwhal-core service):
+// engine discovery from pods (k8s/discover), leader election on a Lease
+// (k8s/leader), controller state in a ConfigMap (k8s/statestore) and pod
+// actuation (k8s/actuate).
+//
+// Every replica discovers engines and serves reads. Only the leader steps
+// its controller: when a term starts it restores the controller state
+// saved by the previous leader, labels its own pod narwhal.io/leader=true
+// (the narwhal-core-leader Service selects it, e.g. for demand deltas),
+// then steps every StepInterval and saves the state after every decision.
+// When the term ends it stops stepping and removes the label.
+//
+// Usage:
+//
+//	k, _ := cluster.New(client, cfg, logger)
+//	c, _ := core.New(coreCfg, core.WithActuator(k.Actuator()))
+//	k.Bind(c, c.Controller(), time.Duration(coreCfg.StepS*float64(time.Second)))
+//	go k.Run(ctx) // instead of c.Run(ctx)
+//
+// Concurrency: Bind before Run; Run once. IsLeader from any goroutine.
+//
+// Allocation contract: nothing here is on a request path.
+//
+// Choices where the spec is silent:
+//   - A state that cannot be read because the API server fails is
+//     retried every RetryPeriodS while the term lasts, and the leader does
+//     not step until it has it: deciding without it could break cooldown
+//     and dwell. A state that cannot be decoded is logged and ignored.
+//   - Moves in flight when a term ends are not cancelled: the pod patches
+//     are idempotent and the new leader reads the saved target role.
+package cluster
