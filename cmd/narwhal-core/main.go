@@ -1,8 +1,3 @@
-// Command narwhal-core runs the Narwhal core as an HTTP service: routers
-// post request lifecycle events, agents post engine reports, and the
-// controller decides engine roles. See package service for the API and
-// `narwhal-core --help` for every setting (flags > NARWHAL_* env > YAML
-// file > defaults).
 package main
 
 import (

@@ -1,7 +1,3 @@
-// Package servicetest holds test doubles for the service: Recorder, an
-// EventSink that records every accepted lifecycle call and refuses what the
-// real core refuses (unknown engines, non-positive timestamps), changing
-// nothing when it refuses.
 package servicetest
 
 import (

@@ -1,0 +1,72 @@
+package service
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/wire"
+)
+
+// The agents' endpoint is mounted: a report registers its engines in the
+// real core, makes /readyz ready while fresh, and events can then name the
+// engine; stale agent data makes /readyz unready again.
+func TestAgentReportsMountedAndReadiness(t *testing.T) {
+	var now atomic.Int64
+	now.Store(testNow)
+	cfg := testConfig()
+	cfg.Agents.Required = true
+	cfg.Agents.StaleAfterS = 15
+	rc := newRealCore(t)
+	s, err := New(cfg, rc, nil, WithClock(now.Load), WithoutControlLoop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.apiLn.Close() })
+	h := s.Handler()
+	if code, _ := get(t, h, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz before any report: got %d; want 503", code)
+	}
+	batch := wire.Batch{Version: wire.Version, Reports: []wire.Report{
+		{Kind: wire.KindHello, Node: "n1", Epoch: 1, Seq: 1, SentNs: testNow,
+			Hello: &wire.Hello{AgentVersion: "test", NVML: "ok", Liveness: "proc", Engines: []string{"a1"}}},
+		{Kind: wire.KindSnapshot, Node: "n1", Epoch: 1, Seq: 2, SentNs: testNow,
+			Snapshot: &wire.Snapshot{Engines: []wire.EngineReport{{ID: "a1", Model: "facebook/opt-13b", GPU: "A100-80GB",
+				Role: controller.RoleDecode, Live: true, KVCapacityTokens: 66144, RunningRequests: -1, QueuedRequests: -1, ScrapedNs: testNow}}}},
+	}}
+	body, _ := json.Marshal(batch)
+	postAgent := func(token string) (int, string) {
+		req := httptest.NewRequest(http.MethodPost, "/v1/agent/reports", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, reply := postAgent("wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("agent report with a wrong token: got %d %s; want 401", code, reply)
+	}
+	if code, reply := postAgent(testToken); code != http.StatusOK {
+		t.Fatalf("agent report: got %d %s; want 200", code, reply)
+	}
+	if code, body := get(t, h, "/readyz"); code != http.StatusOK || !strings.Contains(body, "fresh agent data") {
+		t.Fatalf("readyz after a report: got %d %s; want 200", code, body)
+	}
+	if _, st := get(t, h, "/v1/state"); !strings.Contains(st, `"id":"a1"`) {
+		t.Fatalf("/v1/state lacks the reported engine a1: %s", st)
+	}
+	if code, reply := post(t, h, "/v1/events", testToken, fmt.Sprintf(`{"type":"admitted","ts_ns":%d,"engine":"a1","input_tokens":10}`, testNow)); code != 200 {
+		t.Fatalf("admitted to the reported engine: got %d %s", code, reply)
+	}
+	now.Store(testNow + 16e9)
+	if code, _ := get(t, h, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz 16 s after the last report (stale_after_s 15): got %d; want 503", code)
+	}
+}
