@@ -39,17 +39,20 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "scrape" {
 		return scrape(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "run" {
 		args = args[1:]
 	}
-	return serve(args, stderr)
+	return serve(ctx, args, stderr)
 }
 
 func scrape(args []string, stdout, stderr io.Writer) int {
@@ -150,7 +153,7 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func serve(args []string, stderr io.Writer) int {
+func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("narwhal-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "/etc/narwhal/agent.yaml", "configuration file (YAML)")
@@ -170,7 +173,7 @@ func serve(args []string, stderr io.Writer) int {
 		log.Error("configuration refused", "err", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
 	gpus := nvml.NewManager(nvml.Library(), time.Duration(cfg.NVMLTimeoutS*1e9), log)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,7 +10,7 @@ import (
 
 func TestScrapeFile(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := run([]string{"scrape", "-kind", "vllm", "-file", "../../agent/testdata/vllm_new.prom",
+	code := run(context.Background(), []string{"scrape", "-kind", "vllm", "-file", "../../agent/testdata/vllm_new.prom",
 		"-layers", "32", "-kv-heads", "8", "-head-dim", "128", "-dtype-bytes", "2", "-gpu-mem-gib", "40"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -24,7 +25,7 @@ func TestScrapeFile(t *testing.T) {
 
 func TestScrapeJSONAndErrors(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"scrape", "-kind", "sglang", "-json", "-file", "../../agent/testdata/sglang.prom"}, &out, &errb); code != 0 {
+	if code := run(context.Background(), []string{"scrape", "-kind", "sglang", "-json", "-file", "../../agent/testdata/sglang.prom"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var v struct {
@@ -39,14 +40,14 @@ func TestScrapeJSONAndErrors(t *testing.T) {
 		t.Fatalf("unexpected JSON (%v): %s", err, out.String())
 	}
 	errb.Reset()
-	if code := run([]string{"scrape", "-file", "../../agent/testdata/garbage.txt"}, &out, &errb); code != 1 ||
+	if code := run(context.Background(), []string{"scrape", "-file", "../../agent/testdata/garbage.txt"}, &out, &errb); code != 1 ||
 		!strings.Contains(errb.String(), "not in the text exposition format") {
 		t.Fatalf("garbage: exit %d, %q", code, errb.String())
 	}
-	if code := run([]string{"scrape"}, &out, &errb); code != 2 {
+	if code := run(context.Background(), []string{"scrape"}, &out, &errb); code != 2 {
 		t.Fatalf("no source: exit %d; want 2", code)
 	}
-	if code := run([]string{"-config", "/nonexistent.yaml"}, &out, &errb); code != 2 {
+	if code := run(context.Background(), []string{"-config", "/nonexistent.yaml"}, &out, &errb); code != 2 {
 		t.Fatalf("missing config: exit %d; want 2", code)
 	}
 }
