@@ -70,6 +70,8 @@ type Controller struct {
 	confirmCount int
 	confirmSeq   uint64
 	risks        []riskEvent // ring, riskCap
+	// outOverflowUntil: learned output discounts stay off until then.
+	outOverflowUntil int64
 
 	snap     Snapshot
 	cellBuf  []buckets.Cell
@@ -326,26 +328,42 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 		}
 		s.Engines = append(s.Engines, v)
 	}
-	// Output estimates: built once, used by both horizons.
+	// Output estimates: built once, used by both horizons. The discount
+	// is learned from the completions of the last demand window. Overflow
+	// seen there keeps learning off for the outputs retention (four
+	// windows), until the affected observations have expired: every step
+	// reads the last window, so no retained overflow goes unseen.
 	var w buckets.Window
 	c.cellBuf = c.cellBuf[:0]
 	if in.Outputs != nil {
-		c.cellBuf, w = in.Outputs.Window(nowNs-4*c.tm.LongNs, nowNs, c.cellBuf)
+		c.cellBuf, w = in.Outputs.Window(nowNs-c.tm.LongNs, nowNs, c.cellBuf)
+		if w.Overflow.Count > 0 {
+			c.outOverflowUntil = max(c.outOverflowUntil, nowNs+4*c.tm.LongNs)
+		}
 	}
-	s.Out = buildOutputEstimate(c.cellBuf, w, c.cfg.DefaultOutputTokens)
+	s.Out = buildOutputEstimate(c.cellBuf, w, nowNs < c.outOverflowUntil, c.cfg.DefaultOutputTokens)
 	c.builds++
 	s.EstimateBuild = c.builds
-	for h, span := range [2]int64{c.tm.ShortNs, c.tm.LongNs} {
-		c.cellBuf, w = c.cellBuf[:0], buckets.Window{}
-		if in.Arrivals != nil {
-			c.cellBuf, w = in.Arrivals.Window(nowNs-span, nowNs, c.cellBuf)
+	// Arrivals: the short horizon, then the rest of the long one (the
+	// long horizon is their union: each bucket read once).
+	var m moments
+	shortFrom, longFrom := nowNs-c.tm.ShortNs, nowNs-c.tm.LongNs
+	if in.Arrivals != nil {
+		c.cellBuf, w = in.Arrivals.Window(shortFrom, nowNs, c.cellBuf[:0])
+		if w.Buckets > 0 && w.FromNs < shortFrom {
+			shortFrom = w.FromNs
 		}
-		hd := &s.Short
-		if h == 1 {
-			hd = &s.Long
-		}
-		horizonMoments(hd, c.cellBuf, w, nowNs-span, nowNs, &s.Out)
+		m.addWindow(c.cellBuf, w, &s.Out)
 	}
+	m.fill(&s.Short, shortFrom, nowNs)
+	if in.Arrivals != nil && longFrom < shortFrom {
+		c.cellBuf, w = in.Arrivals.Window(longFrom, shortFrom-1, c.cellBuf[:0])
+		if w.Buckets > 0 && w.FromNs < longFrom {
+			longFrom = w.FromNs
+		}
+		m.addWindow(c.cellBuf, w, &s.Out)
+	}
+	m.fill(&s.Long, min(longFrom, shortFrom), nowNs)
 	s.ObservedPrefill, s.ObservedDecode, s.PendingUnsized = in.ObservedPrefill, in.ObservedDecode, in.PendingUnsized
 	// Consolidation evidence: arrivals wholly after the latest risk.
 	s.riskNow = in.ObservedDecode.Count >= c.cfg.MinObservations && in.ObservedDecode.Mean > 1

@@ -183,16 +183,27 @@ func TestOutputEstimateBuiltOncePerStep(t *testing.T) {
 			t.Fatalf("unexpected horizon outputs %v / %v", d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput)
 		}
 	}
-	// Overflow in the outputs history switches learning off for both.
+	// Overflow in the outputs history switches learning off for both
+	// horizons, and keeps it off until the observations expire (four
+	// demand windows), even once the window read no longer shows it.
 	outs.overflow = buckets.Cohort{Count: 1, MaxInput: 600, MaxOutput: 600}
-	d := c.Step(t0+10*sec, Inputs{Arrivals: arr, Outputs: outs})
-	if d.Snapshot.Outputs.Learned || d.Snapshot.Outputs.Reason != "overflow" || d.Snapshot.Short.MeanOutput != 328 || d.Snapshot.Long.MeanOutput != 328 {
-		t.Fatalf("unexpected outputs with overflow: %+v short %v long %v; want (400+256)/2 = 328", d.Snapshot.Outputs, d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput)
+	off := func(at int64, wantLearned bool) {
+		t.Helper()
+		d := c.Step(at, Inputs{Arrivals: arr, Outputs: outs})
+		want := 328.0 // (400 + 256) / 2 without learning
+		if wantLearned {
+			want = 200
+		}
+		if d.Snapshot.Outputs.Learned != wantLearned || d.Snapshot.Short.MeanOutput != want || d.Snapshot.Long.MeanOutput != want {
+			t.Fatalf("at %d s: unexpected outputs %+v short %v long %v; want learned %v, %v", (at-t0)/sec, d.Snapshot.Outputs, d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput, wantLearned, want)
+		}
 	}
+	off(t0+10*sec, false)
+	outs.overflow = buckets.Cohort{}
+	off(t0+100*sec, false)
+	off(t0+10*sec+4*60*sec, true)
 }
 
-// rateForDecode finds the arrival rate of (256, 512) requests whose
-// current decode pressure is target (4 prefill / 4 decode engines).
 func rateForDecode(t *testing.T, target float64) float64 {
 	return rateForDecodeOn(newTestController(t, testConfig(), 4, 4), target)
 }

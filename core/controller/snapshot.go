@@ -207,59 +207,71 @@ func (s *Snapshot) clone() *Snapshot {
 	return &n
 }
 
-// horizonMoments fills h from cells and the window summary.
-func horizonMoments(h *HorizonDemand, cells []buckets.Cell, w buckets.Window, fromNs, toNs int64, est *OutputEstimate) {
-	*h = HorizonDemand{FromNs: fromNs, ToNs: toNs}
-	if w.Buckets > 0 && w.FromNs < fromNs {
-		h.FromNs = w.FromNs
+// moments accumulates request-shape moments from window reads.
+type moments struct {
+	n, sl, sl2, so, soc float64
+	maxIn, maxCtx       int64
+	overflow, unsized   int64
+	invalid             int
+	incomplete          bool
+}
+
+func (m *moments) add(l, req, count int64, est *OutputEstimate) {
+	c := float64(count)
+	o := est.Estimate(req)
+	lf := float64(l)
+	m.n += c
+	m.sl += c * lf
+	m.sl2 += c * lf * lf
+	m.so += c * o
+	m.soc += c * o * (lf + o/2)
+	m.maxIn = max(m.maxIn, l)
+	ctx := l + int64(math.Ceil(o))
+	if req > 0 {
+		ctx = l + req
 	}
-	h.SpanS = float64(toNs-h.FromNs) / 1e9
-	var n, sl, sl2, so, soc float64
-	add := func(l, req, count int64) {
-		c := float64(count)
-		o := est.Estimate(req)
-		lf := float64(l)
-		n += c
-		sl += c * lf
-		sl2 += c * lf * lf
-		so += c * o
-		soc += c * o * (lf + o/2)
-		h.MaxInput = max(h.MaxInput, l)
-		ctx := l + int64(math.Ceil(o))
-		if req > 0 {
-			ctx = l + req
-		}
-		h.MaxCtxPerSeq = max(h.MaxCtxPerSeq, ctx)
-	}
+	m.maxCtx = max(m.maxCtx, ctx)
+}
+
+// addWindow adds one window read: its exact cells and its overflow cohort
+// priced at the cohort's largest input and requested output.
+func (m *moments) addWindow(cells []buckets.Cell, w buckets.Window, est *OutputEstimate) {
 	for i := range cells {
 		if cells[i].Count > 0 {
-			add(cells[i].Shape.Input, cells[i].Shape.Output, cells[i].Count)
+			m.add(cells[i].Shape.Input, cells[i].Shape.Output, cells[i].Count, est)
 		}
 	}
 	if w.Overflow.Count > 0 {
-		add(w.Overflow.MaxInput, w.Overflow.MaxOutput, w.Overflow.Count)
+		m.add(w.Overflow.MaxInput, w.Overflow.MaxOutput, w.Overflow.Count, est)
 	}
-	h.Overflow = w.Overflow.Count
-	h.Unsized = w.Unsized
-	h.InvalidBuckets = w.InvalidBuckets
-	h.DecodeIncomplete = w.DecodeIncomplete()
-	h.Requests = n
+	m.overflow += w.Overflow.Count
+	m.unsized += w.Unsized
+	m.invalid += w.InvalidBuckets
+	m.incomplete = m.incomplete || w.DecodeIncomplete()
+}
+
+// fill writes the horizon from the moments; fromNs is where the data
+// starts (the boundary bucket's start).
+func (m *moments) fill(h *HorizonDemand, fromNs, toNs int64) {
+	*h = HorizonDemand{FromNs: fromNs, ToNs: toNs, SpanS: float64(toNs-fromNs) / 1e9,
+		MaxInput: m.maxIn, MaxCtxPerSeq: m.maxCtx, Overflow: m.overflow, Unsized: m.unsized,
+		InvalidBuckets: m.invalid, DecodeIncomplete: m.incomplete, Requests: m.n}
 	if h.SpanS > 0 {
-		h.RatePerS = n / h.SpanS
+		h.RatePerS = m.n / h.SpanS
 	}
-	if n > 0 {
-		h.MeanInput = sl / n
-		h.MeanInputSq = sl2 / n
-		h.MeanOutput = so / n
+	if m.n > 0 {
+		h.MeanInput = m.sl / m.n
+		h.MeanInputSq = m.sl2 / m.n
+		h.MeanOutput = m.so / m.n
 	}
-	if so > 0 {
-		h.DecodeCtx = soc / so
+	if m.so > 0 {
+		h.DecodeCtx = m.soc / m.so
 	}
 }
 
 // buildOutputEstimate learns output discounts from the outputs history
 // cells (Input = requested, Output = actual).
-func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, defaultOut int64) OutputEstimate {
+func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, overflowRetained bool, defaultOut int64) OutputEstimate {
 	e := OutputEstimate{Discount: 1, UnboundedMean: float64(defaultOut), Overflow: w.Overflow.Count}
 	var req, act, zeroN, zeroAct float64
 	for i := range cells {
@@ -278,7 +290,7 @@ func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, defaultOut int6
 	}
 	e.Observations += w.Overflow.Count
 	switch {
-	case w.Overflow.Count > 0:
+	case e.Overflow > 0 || overflowRetained:
 		e.Reason = "overflow"
 		return e
 	case e.Observations == 0:

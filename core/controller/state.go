@@ -33,6 +33,8 @@ type PersistedState struct {
 	Confirm    PersistedConfirm  `json:"confirm"`
 	Engines    []PersistedEngine `json:"engines"`
 	Risks      []riskEvent       `json:"risks"`
+	// OutputsOverflowUntilNs: learned output discounts stay off until then.
+	OutputsOverflowUntilNs int64 `json:"outputs_overflow_until_ns"`
 }
 
 const stateVersion = 1
@@ -45,7 +47,7 @@ func (c *Controller) State() PersistedState {
 	defer c.mu.Unlock()
 	st := PersistedState{Version: stateVersion, Seq: c.seq, LastMoveNs: c.lastMoveNs,
 		Confirm: PersistedConfirm{Dir: c.confirmDir, Count: c.confirmCount, Seq: c.confirmSeq},
-		Risks:   slices.Clone(c.risks)}
+		Risks:   slices.Clone(c.risks), OutputsOverflowUntilNs: c.outOverflowUntil}
 	for i := range c.engines {
 		e := &c.engines[i]
 		r := e.Role
@@ -73,6 +75,7 @@ func (c *Controller) Restore(st PersistedState) error {
 	c.seq = max(c.seq, st.Seq)
 	c.lastMoveNs = max(c.lastMoveNs, st.LastMoveNs)
 	c.confirmDir, c.confirmCount, c.confirmSeq = st.Confirm.Dir, st.Confirm.Count, st.Confirm.Seq
+	c.outOverflowUntil = max(c.outOverflowUntil, st.OutputsOverflowUntilNs)
 	c.risks = append(c.risks[:0], st.Risks...)
 	if len(c.risks) > riskCap {
 		c.risks = c.risks[len(c.risks)-riskCap:]
