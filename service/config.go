@@ -251,10 +251,12 @@ func (c *Config) Validate() error {
 }
 
 // Load builds the configuration from defaults, the YAML file (--config or
-// NARWHAL_CONFIG), the environment (getenv) and the flags in args, in
-// increasing precedence, then validates it. The returned FlagSet's usage
-// lists every setting.
-func Load(args []string, getenv func(string) string) (Config, error) {
+// NARWHAL_CONFIG), the environment (lookupEnv, e.g. os.LookupEnv; a
+// variable set to "" sets the empty value) and the flags in args, in
+// increasing precedence, then validates it. Boolean flags may omit their
+// value (--agents.required). With --help or -h it returns flag.ErrHelp;
+// Usage prints every setting.
+func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
 	leaves := settings(&cfg)
 	fs := flag.NewFlagSet("narwhal-core", flag.ContinueOnError)
@@ -264,10 +266,15 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	var flagged []rawFlag
 	for _, s := range leaves {
 		name := s.path
-		fs.Func(name, s.help(), func(v string) error {
+		record := func(v string) error {
 			flagged = append(flagged, rawFlag{name, v})
 			return nil
-		})
+		}
+		if s.v.Kind() == reflect.Bool {
+			fs.BoolFunc(name, s.help(), record)
+		} else {
+			fs.Func(name, s.help(), record)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -280,7 +287,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	path := *configPath
 	if path == "" {
-		path = getenv("NARWHAL_CONFIG")
+		path, _ = lookupEnv("NARWHAL_CONFIG")
 	}
 	if path != "" {
 		b, err := os.ReadFile(path)
@@ -295,7 +302,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	byPath := map[string]setting{}
 	for _, s := range leaves {
 		byPath[s.path] = s
-		if v := getenv(s.env()); v != "" {
+		if v, ok := lookupEnv(s.env()); ok {
 			if err := s.set(v); err != nil {
 				return cfg, fmt.Errorf("%w: env %s: %w", ErrConfig, s.env(), err)
 			}

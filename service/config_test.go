@@ -17,14 +17,15 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-func envOf(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
 // Precedence: flags > environment > file > defaults, per field.
 func TestLoadPrecedence(t *testing.T) {
 	file := writeFile(t, "c.yaml", `
 listen: "127.0.0.1:9001"
+admin_listen: "127.0.0.1:9009"
 data_dir: /from/file
 log_level: warn
 auth:
@@ -42,8 +43,10 @@ engines:
 		"NARWHAL_DATA_DIR":            "/from/env",
 		"NARWHAL_HTTP_MAX_BODY_BYTES": "2000",
 		"NARWHAL_LOG_LEVEL":           "debug",
+		"NARWHAL_AGENTS_REQUIRED":     "false",
+		"NARWHAL_ADMIN_LISTEN":        "",
 	}
-	cfg, err := Load([]string{"--log_level=error", "--events.max_tokens", "700"}, envOf(env))
+	cfg, err := Load([]string{"--log_level=error", "--events.max_tokens", "700", "--agents.required"}, envOf(env))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +64,8 @@ engines:
 	f("events.max_tokens (flag over file)", cfg.Events.MaxTokens, int64(700))
 	f("events.max_past_s (default)", cfg.Events.MaxPastS, 600.0)
 	f("auth.token (file)", cfg.Auth.Token, "file-token")
+	f("agents.required (bare bool flag over env)", cfg.Agents.Required, true)
+	f("admin_listen (env set empty over file)", cfg.AdminListen, "")
 	f("engines", len(cfg.Engines), 1)
 	f("engine role", cfg.Engines[0].Engine().Role.String(), "decode")
 
@@ -104,6 +109,7 @@ func TestLoadErrors(t *testing.T) {
 	f(nil, tok, "core: {controller: {cooldown_z: 1}}\n", "field cooldown_z not found")
 	f([]string{"--bogus=1"}, tok, "", "flag provided but not defined: -bogus")
 	f([]string{"--engines=x"}, tok, "", "flag provided but not defined")
+	f([]string{"--agents.required=maybe"}, tok, "", "agents.required must be a boolean")
 	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN_FILE": "/does/not/exist"}, "", "auth.token_file must be readable")
 	f(nil, tok, "listen: \":1\"\n---\nlisten: \":2\"\n", "more than one YAML document")
 }

@@ -24,7 +24,7 @@ func main() {
 }
 
 func run(args []string) error {
-	cfg, err := service.Load(args, os.Getenv)
+	cfg, err := service.Load(args, os.LookupEnv)
 	if err != nil {
 		return err
 	}
