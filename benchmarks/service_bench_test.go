@@ -72,7 +72,7 @@ func benchHandler(b *testing.B, h http.Handler, body []byte) {
 // BenchmarkEventsDecodeOnly: the ingest handler with a core that does
 // nothing, i.e. the service's own cost per event.
 func BenchmarkEventsDecodeOnly(b *testing.B) {
-	in := service.NewIngest(discardSink{}, service.DefaultLimits(), 8<<20, 4096, func() int64 { return benchNow }, nil)
+	in := service.NewIngest(discardSink{}, service.DefaultLimits(), 8<<20, 4096, func() int64 { return benchNow })
 	benchHandler(b, in, eventBatch([]string{"e1", "e2"}))
 }
 

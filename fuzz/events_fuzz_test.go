@@ -17,7 +17,7 @@ import (
 const eventsNow = int64(1_800_000_000e9)
 
 func newEventsIngest(rec *servicetest.Recorder) *service.Ingest {
-	return service.NewIngest(rec, service.DefaultLimits(), 1<<20, 4096, func() int64 { return eventsNow }, nil)
+	return service.NewIngest(rec, service.DefaultLimits(), 1<<20, 4096, func() int64 { return eventsNow })
 }
 
 // FuzzEventsDecode feeds arbitrary NDJSON bodies to the /v1/events ingest
@@ -113,7 +113,7 @@ func realCoreUnchangedByRefused(t *testing.T, lines [][]byte) {
 			}
 		}
 		realCore = c
-		realIn = service.NewIngest(c, service.DefaultLimits(), 1<<20, 4096, func() int64 { return eventsNow }, nil)
+		realIn = service.NewIngest(c, service.DefaultLimits(), 1<<20, 4096, func() int64 { return eventsNow })
 	})
 	for _, l := range lines {
 		before, _ := json.Marshal(realCore.State(eventsNow))

@@ -55,11 +55,14 @@ type Ingest struct {
 	decoders sync.Pool
 }
 
-// NewIngest returns the /v1/events handler logic.
-func NewIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64, m *httpMetrics) *Ingest {
-	if m == nil {
-		m = newHTTPMetrics()
-	}
+// NewIngest returns the /v1/events handler logic on its own (no auth, no
+// registered metrics): bodies up to maxBody bytes, lines up to maxLine,
+// timestamps judged against now (Unix ns).
+func NewIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64) *Ingest {
+	return newIngest(c, limits, maxBody, maxLine, now, newHTTPMetrics())
+}
+
+func newIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64, m *httpMetrics) *Ingest {
 	in := &Ingest{core: c, limits: limits, maxBody: maxBody, maxLine: int(maxLine), now: now, metrics: m}
 	in.bufs.New = func() any { return new(bytes.Buffer) }
 	in.decoders.New = func() any { return NewDecoder() }

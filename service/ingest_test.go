@@ -14,7 +14,7 @@ func TestIngestPerLineAllocs(t *testing.T) {
 		t.Skip("the race detector makes sync.Pool drop items at random; allocation counts are measured without -race")
 	}
 	rc := newRealCore(t, "e1", "e2")
-	in := NewIngest(rc, DefaultLimits(), 8<<20, 4096, func() int64 { return testNow }, nil)
+	in := NewIngest(rc, DefaultLimits(), 8<<20, 4096, func() int64 { return testNow })
 	batch := func(requests int) []byte {
 		var b strings.Builder
 		for r := 0; r < requests; r++ {

@@ -121,7 +121,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 			return nil, fmt.Errorf("service: registering metrics: %w", err)
 		}
 	}
-	s.ingest = NewIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
+	s.ingest = newIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
 	s.handler = s.routes()
 
 	secs := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
