@@ -410,6 +410,48 @@ func (m *HistoryModel) Stats() buckets.KindStats {
 	return st
 }
 
+// BucketCells is the number of exact cells claimed in the bucket of ts
+// (-1 when the bucket is not retained).
+func (m *HistoryModel) BucketCells(ts int64) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.b[ts/m.c.width]
+	if b == nil {
+		return -1
+	}
+	n := 0
+	for _, k := range b.keys {
+		if k != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// OverflowedMax is the largest input and output ever sent to the overflow
+// cohort of the bucket of ts (ok false when none).
+func (m *HistoryModel) OverflowedMax(ts int64) (in, out int64, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.b[ts/m.c.width]
+	if b == nil || !b.maxIn.set {
+		return 0, 0, false
+	}
+	return b.maxIn.max, b.maxOut.max, true
+}
+
+// Buckets lists the retained buckets' epochs.
+func (m *HistoryModel) Buckets() []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]int64, 0, len(m.b))
+	for e := range m.b {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
 // Retained is every retained sized and unsized observation.
 func (m *HistoryModel) Retained() (sized, unsized int64) {
 	m.mu.Lock()
