@@ -23,6 +23,13 @@
 // invalid. The choice of exact shapes depends only on the content, never
 // on arrival order.
 //
+// Transport: Handler (leader) accepts POSTed JSON deltas, answering 409
+// on a follower; Ship (router) posts Next's delta (or a heartbeat) every
+// period and acknowledges it. Every answer names the receiving store's
+// instance: a new leader starts with a new, empty store, and a router that
+// sees the instance change resends every bucket it retains (the resent
+// snapshots are idempotent), so a failover loses no retained demand.
+//
 // Store.History(kind) and Store.Attainment() answer Window, Evidence and
 // CoveredS with the semantics of buckets.History and buckets.Attainment
 // (boundary bucket whole, retention from the newest bucket, evidence only

@@ -144,6 +144,25 @@ func (x *Exporter) Ack(seq uint64) {
 	x.pendingSeq = 0
 }
 
+// Heartbeat returns a delta without buckets (its own sequence number): it
+// lets a router learn the receiving store's instance when it has nothing
+// new to send. It leaves any pending delta pending.
+func (x *Exporter) Heartbeat() Delta {
+	x.seq++
+	return Delta{Router: x.router, Epoch: x.epoch, Seq: x.seq, WidthNs: x.demand.Arrivals.WidthNs(), AttainmentWidthNs: x.attW}
+}
+
+// Reset forgets what was acknowledged, so the next delta carries every
+// retained closed bucket: call it when the receiving store changed (a new
+// leader starts with an empty store).
+func (x *Exporter) Reset() {
+	for k := range x.acked {
+		clear(x.acked[k])
+	}
+	clear(x.attAcked)
+	x.pendingSeq = 0
+}
+
 // readDemand snapshots one bucket through the history's public window
 // query: a window of one bucket.
 func (x *Exporter) readDemand(h *buckets.History, k buckets.Kind, startNs int64) DemandBucket {

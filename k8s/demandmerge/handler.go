@@ -9,7 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 )
+
+// HeaderInstance carries the receiving store's Instance in every answer.
+const HeaderInstance = "X-Narwhal-Merge-Instance"
 
 // ErrNotLeader is returned by Post when the receiver is not the leader
 // (HTTP 409): the router should look the leader up again.
@@ -29,6 +33,7 @@ func Handler(s *Store, maxBody int64, isLeader func() bool, logger *slog.Logger)
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
+		w.Header().Set(HeaderInstance, s.Instance())
 		if isLeader != nil && !isLeader() {
 			http.Error(w, "not the leader", http.StatusConflict)
 			return
@@ -55,15 +60,16 @@ func Handler(s *Store, maxBody int64, isLeader func() bool, logger *slog.Logger)
 }
 
 // Post sends d to the leader's handler at url with an optional bearer
-// token. nil means the leader holds it; acknowledge it with Exporter.Ack.
-func Post(ctx context.Context, c *http.Client, url, token string, d *Delta) error {
+// token. A nil error means the leader holds it (acknowledge it with
+// Exporter.Ack); instance is the receiving store's Instance.
+func Post(ctx context.Context, c *http.Client, url, token string, d *Delta) (instance string, err error) {
 	body, err := json.Marshal(d)
 	if err != nil {
-		return fmt.Errorf("demandmerge: encode delta: %w", err)
+		return "", fmt.Errorf("demandmerge: encode delta: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("demandmerge: post delta: %w", err)
+		return "", fmt.Errorf("demandmerge: post delta: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -71,15 +77,55 @@ func Post(ctx context.Context, c *http.Client, url, token string, d *Delta) erro
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("demandmerge: post delta: %w", err)
+		return "", fmt.Errorf("demandmerge: post delta: %w", err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	instance = resp.Header.Get(HeaderInstance)
 	switch {
 	case resp.StatusCode == http.StatusConflict:
-		return ErrNotLeader
+		return instance, ErrNotLeader
 	case resp.StatusCode/100 != 2:
-		return fmt.Errorf("demandmerge: post delta: status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+		return instance, fmt.Errorf("demandmerge: post delta: status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
-	return nil
+	return instance, nil
+}
+
+// Ship sends x's deltas to url every period until ctx ends, reading the
+// wall clock for "closed before". When the receiving store's instance
+// changes (a new leader), it resends everything the router retains.
+// Errors are logged and retried at the next period.
+func Ship(ctx context.Context, x *Exporter, c *http.Client, url, token string, every time.Duration, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var instance string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d, ok := x.Next(now.UnixNano())
+			if !ok {
+				d = x.Heartbeat()
+			}
+			got, err := Post(ctx, c, url, token, &d)
+			if err != nil {
+				logger.Warn("demand delta not delivered", "seq", d.Seq, "err", err)
+				continue
+			}
+			if instance != "" && got != instance {
+				logger.Info("leader store changed; resending retained buckets", "from", instance, "to", got)
+				x.Reset()
+				instance = got
+				continue
+			}
+			instance = got
+			if ok {
+				x.Ack(d.Seq)
+			}
+		}
+	}
 }

@@ -2,6 +2,8 @@ package demandmerge
 
 import (
 	"cmp"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -44,10 +46,11 @@ type ApplyStats struct {
 
 // Store is the leader's merged view of every router's closed buckets.
 type Store struct {
-	mu    sync.RWMutex
-	kinds [buckets.NumKinds]kindState
-	att   attState
-	stats ApplyStats
+	instance string
+	mu       sync.RWMutex
+	kinds    [buckets.NumKinds]kindState
+	att      attState
+	stats    ApplyStats
 }
 
 // New returns an empty store with the leader's geometry.
@@ -61,7 +64,9 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: attainment_interval_ns %d, attainment_retention_ns %d (want 0, or interval > 0 and retention >= interval)",
 			ErrInvalidConfig, cfg.AttainmentIntervalNs, cfg.AttainmentRetentionNs)
 	}
-	s := &Store{}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand panics instead)
+	s := &Store{instance: hex.EncodeToString(id[:])}
 	windows := [buckets.NumKinds]int64{buckets.ArrivalsWindows, buckets.ResidencyWindows, buckets.OutputsWindows}
 	for k := range s.kinds {
 		s.kinds[k].init(dc.BucketWidthNs, windows[k]*dc.DemandWindowNs)
@@ -121,6 +126,10 @@ func (s *Store) count(o outcome) {
 		s.stats.Far++
 	}
 }
+
+// Instance identifies this store: a new leader has a new, empty store, and
+// routers that see the instance change resend everything they retain.
+func (s *Store) Instance() string { return s.instance }
 
 // Stats returns what Apply has done so far.
 func (s *Store) Stats() ApplyStats {
