@@ -125,33 +125,42 @@ func (st *stats) met(r *reqState) (ttft, tpot bool) {
 
 // Result is one simulation's outcome.
 type Result struct {
-	Policy             string  `json:"policy"`
-	BestSplit          *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
-	Engines            int     `json:"engines"`
-	Profile            string  `json:"profile"`
-	Requests           int     `json:"requests"`
-	Completed          int     `json:"completed"`
-	SLOAttainment      float64 `json:"slo_attainment"`
-	TTFTAttainment     float64 `json:"ttft_attainment"`
-	TPOTAttainment     float64 `json:"tpot_attainment"`
-	GoodputRPS         float64 `json:"goodput_rps"`
-	Moves              int     `json:"moves"`
-	MeanPrefillEngines float64 `json:"mean_prefill_engines"`
-	MeanDecodeEngines  float64 `json:"mean_decode_engines"`
-	TTFTP50S           float64 `json:"ttft_p50_s"`
-	TTFTP90S           float64 `json:"ttft_p90_s"`
-	TPOTP50S           float64 `json:"tpot_p50_s"`
-	TPOTP90S           float64 `json:"tpot_p90_s"`
-	TraceSeconds       float64 `json:"trace_seconds"`
-	SimSeconds         float64 `json:"sim_seconds"`
-	Events             uint64  `json:"events"`
-	WallSeconds        float64 `json:"wall_seconds"`
-	TTFTSLOS           float64 `json:"ttft_slo_s"`
-	TPOTSLOS           float64 `json:"tpot_slo_s"`
-	Splits             []Split `json:"splits,omitempty"`      // static-best: every split tried
-	CoreErrors         int64   `json:"core_errors,omitempty"` // narwhal: facade calls that returned an error
-	LastCoreError      string  `json:"last_core_error,omitempty"`
-	Series             []Point `json:"-"`
+	Policy             string        `json:"policy"`
+	BestSplit          *int          `json:"best_split,omitempty"` // static-best: prefill engines of the best split
+	Engines            int           `json:"engines"`
+	Profile            string        `json:"profile"`
+	Requests           int           `json:"requests"`
+	Completed          int           `json:"completed"`
+	SLOAttainment      float64       `json:"slo_attainment"`
+	TTFTAttainment     float64       `json:"ttft_attainment"`
+	TPOTAttainment     float64       `json:"tpot_attainment"`
+	GoodputRPS         float64       `json:"goodput_rps"`
+	Moves              int           `json:"moves"`
+	MeanPrefillEngines float64       `json:"mean_prefill_engines"`
+	MeanDecodeEngines  float64       `json:"mean_decode_engines"`
+	TTFTP50S           float64       `json:"ttft_p50_s"`
+	TTFTP90S           float64       `json:"ttft_p90_s"`
+	TPOTP50S           float64       `json:"tpot_p50_s"`
+	TPOTP90S           float64       `json:"tpot_p90_s"`
+	TraceSeconds       float64       `json:"trace_seconds"`
+	SimSeconds         float64       `json:"sim_seconds"`
+	Events             uint64        `json:"events"`
+	WallSeconds        float64       `json:"wall_seconds"`
+	TTFTSLOS           float64       `json:"ttft_slo_s"`
+	TPOTSLOS           float64       `json:"tpot_slo_s"`
+	Splits             []Split       `json:"splits,omitempty"`      // static-best: every split tried
+	PerTrace           []TraceResult `json:"per_trace,omitempty"`   // concatenated workloads: attainment per trace file
+	CoreErrors         int64         `json:"core_errors,omitempty"` // narwhal: facade calls that returned an error
+	LastCoreError      string        `json:"last_core_error,omitempty"`
+	Series             []Point       `json:"-"`
+}
+
+// TraceResult is the attainment of the requests of one trace file of a
+// concatenated workload.
+type TraceResult struct {
+	Trace         int     `json:"trace"`
+	Requests      int     `json:"requests"`
+	SLOAttainment float64 `json:"slo_attainment"`
 }
 
 // Split is one static split's attainment (static-best).
@@ -193,12 +202,28 @@ func (s *simulator) result() *Result {
 		if a && b {
 			both++
 		}
+		for len(res.PerTrace) <= r.Trace {
+			res.PerTrace = append(res.PerTrace, TraceResult{Trace: len(res.PerTrace)})
+		}
+		pt := &res.PerTrace[r.Trace]
+		pt.Requests++
+		if a && b {
+			pt.SLOAttainment++
+		}
 		if r.firstNs != 0 {
 			ttfts = append(ttfts, float64(r.firstNs-(st.base+r.ArrivalNs))/1e9)
 		}
 		if r.doneNs != 0 && !r.expired && r.OutputTokens > 1 {
 			tpots = append(tpots, float64(r.doneNs-r.firstNs)/float64(r.OutputTokens-1)/1e9)
 		}
+	}
+	for i := range res.PerTrace {
+		if res.PerTrace[i].Requests > 0 {
+			res.PerTrace[i].SLOAttainment /= float64(res.PerTrace[i].Requests)
+		}
+	}
+	if len(res.PerTrace) < 2 {
+		res.PerTrace = nil
 	}
 	n := float64(max(len(s.reqs), 1))
 	res.SLOAttainment = float64(both) / n

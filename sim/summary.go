@@ -26,6 +26,13 @@ func WriteSummary(w io.Writer, res *Result) error {
 		{"mean engines", fmt.Sprintf("prefill %.2f, decode %.2f", res.MeanPrefillEngines, res.MeanDecodeEngines)},
 		{"simulated", fmt.Sprintf("%.0fs of trace (%.0fs to drain), %d events, %.2fs wall", res.TraceSeconds, res.SimSeconds, res.Events, res.WallSeconds)},
 	}
+	if len(res.PerTrace) > 0 {
+		var b []byte
+		for _, t := range res.PerTrace {
+			b = fmt.Appendf(b, "#%d %.2f%% of %d  ", t.Trace+1, 100*t.SLOAttainment, t.Requests)
+		}
+		rows = append(rows, [2]string{"per trace", string(b)})
+	}
 	if res.CoreErrors > 0 {
 		rows = append(rows, [2]string{"core errors", fmt.Sprintf("%d (last: %s)", res.CoreErrors, res.LastCoreError)})
 	}

@@ -43,6 +43,10 @@ func TestCLIJSONAndSVG(t *testing.T) {
 	if res["requests"].(float64) != 400 || res["policy"] != "static-best" {
 		t.Fatalf("unexpected requests/policy: %v %v", res["requests"], res["policy"])
 	}
+	pt, _ := res["per_trace"].([]any)
+	if len(pt) != 2 || pt[1].(map[string]any)["requests"].(float64) != 200 {
+		t.Fatalf("unexpected per_trace for two concatenated traces: %v", res["per_trace"])
+	}
 	s, err := os.ReadFile(svg)
 	if err != nil || !bytes.HasPrefix(s, []byte("<svg")) || !bytes.Contains(s, []byte("prefill engines")) {
 		t.Fatalf("bad svg (%v): %.80s", err, s)
