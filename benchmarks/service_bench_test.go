@@ -106,3 +106,45 @@ func BenchmarkEventsIngest(b *testing.B) {
 	}
 	benchHandler(b, srv.Handler(), eventBatch(engines))
 }
+
+// BenchmarkEventsIngestParallel: as BenchmarkEventsIngest, with batches
+// posted from GOMAXPROCS goroutines at once (several router replicas).
+func BenchmarkEventsIngestParallel(b *testing.B) {
+	c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	engines := []string{"e1", "e2", "e3", "e4"}
+	for i, id := range engines {
+		if err := c.UpsertEngine(controller.Engine{ID: id, Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB",
+			Role: controller.Role(1 + i%2), Live: true, KVCapacityTokens: 66144}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := service.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Auth.Token = "bench-token"
+	srv, err := service.New(cfg, c, nil, service.WithClock(func() int64 { return benchNow }), service.WithoutControlLoop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := srv.Handler()
+	body := eventBatch(engines)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.RunParallel(func(pb *testing.PB) {
+		rd := bytes.NewReader(body)
+		req := httptest.NewRequest(http.MethodPost, "/v1/events", rd)
+		req.Header.Set("Authorization", "Bearer bench-token")
+		for pb.Next() {
+			rd.Reset(body)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				b.Errorf("status %d: %.300s", rec.Code, rec.Body.String())
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
+}
