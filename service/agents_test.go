@@ -27,7 +27,7 @@ func TestAgentReportsMountedAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.apiLn.Close() })
+	t.Cleanup(func() { s.Close() })
 	h := s.Handler()
 	if code, _ := get(t, h, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("readyz before any report: got %d; want 503", code)

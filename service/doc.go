@@ -65,6 +65,8 @@
 //
 //   - Unknown fields are refused, not ignored: a misspelt field would
 //     otherwise silently drop data. The schema is versioned by the /v1 path.
+//     Field names and the type value must be written plainly (no \u
+//     escapes); engine ids may use any JSON escape.
 //   - Timestamps are checked against the server's clock only for ts_ns;
 //     arrival_ns and first_token_ns are checked against ts_ns, so a long
 //     request's completion is accepted while a replayed stale batch is not.

@@ -179,9 +179,8 @@ func (in *Ingest) line(dec *Decoder, l []byte, ev *Event, nowNs int64) error {
 		return fmt.Errorf("%w: %d bytes, limit %d (http.max_line_bytes)", ErrLineTooLong, len(l), in.maxLine)
 	}
 	if err := dec.Decode(l, ev); err != nil {
-		if !errors.Is(err, ErrUnknownField) && !errors.Is(err, ErrMissingField) {
-			ev.Type = EventInvalid
-		}
+		// ev.Type is set only when the line named a known type (then the
+		// refusal is counted under it), else EventInvalid.
 		return err
 	}
 	if err := in.limits.Validate(ev, nowNs); err != nil {

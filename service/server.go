@@ -162,6 +162,16 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	return s, nil
 }
 
+// Close releases the listeners of a Server that will not Serve (Serve
+// releases them itself). It does not close the core.
+func (s *Server) Close() error {
+	err := s.apiLn.Close()
+	if s.adminLn != nil {
+		err = errors.Join(err, s.adminLn.Close())
+	}
+	return err
+}
+
 // Addr is the API listener's address (useful with port 0).
 func (s *Server) Addr() net.Addr { return s.apiLn.Addr() }
 

@@ -34,7 +34,7 @@ func newTestServer(t *testing.T, cfg Config, c Core) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.apiLn.Close() })
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
