@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/sim"
 )
@@ -72,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switchS := fs.Float64("switch-s", d.SwitchS, "role switch time after the drain, seconds")
 	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal and threshold (0: engines/2)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	coreCfg := fs.String("core-config", "", "narwhal: JSON file overriding core.DefaultConfig() (e.g. {\"controller\":{\"cooldown_s\":10}}); the SLOs always come from --ttft-slo/--tpot-slo")
 	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -105,6 +107,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Engines, cfg.Policy, cfg.Seed = *engines, *policy, *seed
 	cfg.TTFTSLOS, cfg.TPOTSLOS, cfg.Profile = *ttft, *tpot, *profile
 	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
+	if *coreCfg != "" {
+		b, err := os.ReadFile(*coreCfg)
+		if err != nil {
+			return fmt.Errorf("core config: %w", err)
+		}
+		cc := core.DefaultConfig()
+		if err := json.Unmarshal(b, &cc); err != nil {
+			return fmt.Errorf("core config %s: %w", *coreCfg, err)
+		}
+		cc.TTFTSLOS, cc.TPOTSLOS = cfg.TTFTSLOS, cfg.TPOTSLOS
+		if err := cc.Validate(); err != nil {
+			return fmt.Errorf("core config %s: %w", *coreCfg, err)
+		}
+		cfg.Core = &cc
+	}
 	var opts []sim.Option
 	if !*quiet {
 		opts = append(opts, sim.WithProgress(stderr))
