@@ -61,6 +61,19 @@
 // http.max_body_bytes (nothing applied), 401 for a missing or wrong
 // token (nothing applied), 405 for other methods.
 //
+// # Configuration
+//
+// Config is read by Load: defaults, then the YAML file (--config or
+// NARWHAL_CONFIG; unknown fields are errors), then NARWHAL_<PATH>
+// environment variables, then --<path> flags, e.g. core.step_s is
+// `core: {step_s: 1}`, NARWHAL_CORE_STEP_S=1 or --core.step_s=1. The core
+// section is the facade's core.Config. Validation errors name the field by
+// its path, the value and the rule ("core.step_s must be > 0 and <=
+// 31536000, got -1"). data_dir holds journal.jsonl (every decision, one
+// JSON object per line, reloaded at start so sequence numbers and
+// /v1/decisions continue) and state.json (the controller state, saved
+// after every step and at shutdown, restored at start).
+//
 // # Choices where the spec is silent
 //
 //   - Unknown fields are refused, not ignored: a misspelt field would
