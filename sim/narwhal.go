@@ -115,6 +115,9 @@ func (np *narwhalPolicy) step(s *simulator, now int64) int {
 	if np.hook != nil {
 		np.hook(d)
 	}
+	for _, m := range d.Moves {
+		s.noteMove(m.To)
+	}
 	return len(d.Moves)
 }
 

@@ -168,6 +168,7 @@ func (tp *thresholdPolicy) start(s *simulator, i int, to controller.Role, now in
 	}
 	tp.moving++
 	tp.lastMove = now
+	s.noteMove(to)
 	tp.refresh(s)
 	return 1
 }

@@ -59,6 +59,8 @@ type simulator struct {
 	// accounting
 	outstanding int
 	moves       int
+	reversals   int
+	lastMoveTo  controller.Role
 	stats       stats
 	events      uint64
 	tokenizeNs  int64
@@ -183,6 +185,15 @@ func (s *simulator) run(ctx context.Context) error {
 	}
 	s.stats.wallNs = time.Since(wallStart).Nanoseconds()
 	return nil
+}
+
+// noteMove counts a started move and whether it reverses the previous one
+// (a move towards the role the previous move took an engine from).
+func (s *simulator) noteMove(to controller.Role) {
+	if s.lastMoveTo != controller.RoleNone && to != s.lastMoveTo {
+		s.reversals++
+	}
+	s.lastMoveTo = to
 }
 
 // expireAll ends every request still in the system at the drain limit.

@@ -125,17 +125,20 @@ func (st *stats) met(r *reqState) (ttft, tpot bool) {
 
 // Result is one simulation's outcome.
 type Result struct {
-	Policy             string        `json:"policy"`
-	BestSplit          *int          `json:"best_split,omitempty"` // static-best: prefill engines of the best split
-	Engines            int           `json:"engines"`
-	Profile            string        `json:"profile"`
-	Requests           int           `json:"requests"`
-	Completed          int           `json:"completed"`
-	SLOAttainment      float64       `json:"slo_attainment"`
-	TTFTAttainment     float64       `json:"ttft_attainment"`
-	TPOTAttainment     float64       `json:"tpot_attainment"`
-	GoodputRPS         float64       `json:"goodput_rps"`
-	Moves              int           `json:"moves"`
+	Policy         string  `json:"policy"`
+	BestSplit      *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
+	Engines        int     `json:"engines"`
+	Profile        string  `json:"profile"`
+	Requests       int     `json:"requests"`
+	Completed      int     `json:"completed"`
+	SLOAttainment  float64 `json:"slo_attainment"`
+	TTFTAttainment float64 `json:"ttft_attainment"`
+	TPOTAttainment float64 `json:"tpot_attainment"`
+	GoodputRPS     float64 `json:"goodput_rps"`
+	Moves          int     `json:"moves"`
+	// Reversals counts moves in the opposite direction of the move before
+	// (prefill→decode after decode→prefill or back): oscillation shows here.
+	Reversals          int           `json:"reversals"`
 	MeanPrefillEngines float64       `json:"mean_prefill_engines"`
 	MeanDecodeEngines  float64       `json:"mean_decode_engines"`
 	TTFTP50S           float64       `json:"ttft_p50_s"`
@@ -177,6 +180,7 @@ func (s *simulator) result() *Result {
 		Profile:      s.prof.Name,
 		Requests:     len(s.reqs),
 		Moves:        s.moves,
+		Reversals:    s.reversals,
 		TraceSeconds: float64(st.spanNs) / 1e9,
 		SimSeconds:   float64(s.now-s.base) / 1e9,
 		Events:       s.events,
