@@ -218,7 +218,9 @@ func (s *simulator) arrive(ri int32) {
 	if s.tokenizeNs >= 0 {
 		s.push(s.now+s.tokenizeNs, evTokenized, -1, ri)
 	}
-	if !s.routePrefill(ri) {
+	// FIFO: while older requests wait for a prefill engine, newer ones
+	// queue behind them.
+	if s.bhead < len(s.backlog) || !s.routePrefill(ri) {
 		s.backlog = append(s.backlog, ri)
 	}
 }
