@@ -260,3 +260,31 @@ func TestEventHeapOrderAndAllocs(t *testing.T) {
 }
 
 func msToNs(ms float64) int64 { return int64(ms * 1e6) }
+
+func TestNoPrefillEngineRequestsWaitThenExpire(t *testing.T) {
+	cfg := testConfig("static:1", 3)
+	cfg.DrainLimitS = 30
+	reqs := []Request{
+		{ArrivalNs: 0, InputTokens: 100, OutputTokens: 5},
+		{ArrivalNs: 5e9, InputTokens: 100, OutputTokens: 5}, // e00 is switching to decode: nowhere to prefill
+		{ArrivalNs: 6e9, InputTokens: 100, OutputTokens: 5},
+	}
+	pol := &moveOncePolicy{staticPolicy: staticPolicy{split: 1, stepNsV: 1e9}, idx: 0, to: controller.RoleDecode, atNs: 1e9}
+	s := newTestSim(t, cfg, reqs, pol)
+	if s.reqs[0].doneNs == 0 || s.reqs[0].expired {
+		t.Fatalf("first request should complete before the move")
+	}
+	for i := 1; i < 3; i++ {
+		r := &s.reqs[i]
+		if !r.expired || r.firstNs != 0 || r.admitted {
+			t.Fatalf("request %d: expired=%v first=%d admitted=%v; want expired, never admitted", i, r.expired, r.firstNs, r.admitted)
+		}
+	}
+	if want := s.base + 6e9 + 30e9; s.now != want {
+		t.Fatalf("unexpected end; got %d; want last arrival + drain limit %d", s.now, want)
+	}
+	res := s.result()
+	if res.Completed != 1 || math.Abs(res.SLOAttainment-1.0/3) > 1e-12 {
+		t.Fatalf("unexpected result: completed %d attainment %v; want 1, 1/3", res.Completed, res.SLOAttainment)
+	}
+}
