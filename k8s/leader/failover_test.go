@@ -55,6 +55,7 @@ func newReplica(t *testing.T) *controller.Controller {
 		{ID: "p0", Role: controller.RolePrefill},
 		{ID: "p1", Role: controller.RolePrefill},
 		{ID: "p2", Role: controller.RolePrefill},
+		{ID: "p3", Role: controller.RolePrefill},
 		{ID: "d0", Role: controller.RoleDecode},
 	} {
 		e.Model, e.GPU, e.Live, e.Node = "facebook/opt-13b", "A100-80GB", true, "n0"
