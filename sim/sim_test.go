@@ -288,3 +288,19 @@ func TestNoPrefillEngineRequestsWaitThenExpire(t *testing.T) {
 		t.Fatalf("unexpected result: completed %d attainment %v; want 1, 1/3", res.Completed, res.SLOAttainment)
 	}
 }
+
+func TestSplitwiseProfilesMatchMeasuredMedians(t *testing.T) {
+	// Splitwise perf_model.csv medians, Llama2-70B TP8 on H100: prompt 2048
+	// at batch 1 took 136.797 ms; a decode step at batch 32, prompt 512
+	// took 38.619 ms. The fit must land within 15 % of the measurement.
+	p, err := LookupProfile("llama2-70b-tp8-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := float64(p.PrefillNs(2048, 2048*2048)) / 1e6; math.Abs(got-136.797)/136.797 > 0.15 {
+		t.Fatalf("prefill 2048: got %.1f ms; want 136.8 ms ±15%%", got)
+	}
+	if got := float64(p.DecodeStepNs(32, 32*(512+64))) / 1e6; math.Abs(got-38.619)/38.619 > 0.15 {
+		t.Fatalf("decode batch 32: got %.1f ms; want 38.6 ms ±15%%", got)
+	}
+}
