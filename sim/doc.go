@@ -14,7 +14,10 @@
 //     (max_num_tokens.csv). Default: OPT-66B TP8 on A100-80GB, 212,304 KV
 //     tokens. The coefficients are outside their fitted range beyond OPT's
 //     2048-token context (Mooncake prompts reach 126k): we extrapolate the
-//     published formula, quadratic attention term included.
+//     published formula, quadratic attention term included. Also built in:
+//     OPT-13B TP1 and OPT-66B TP4 (DistServe), and Llama2-70B TP8 on A100
+//     and H100 fitted from the Splitwise measured medians (splitwise.go;
+//     their KV capacity is our estimate).
 //   - Prefill: FIFO per engine; an idle engine takes queued prompts up to
 //     MaxBatchTokens (at least one) while its KV holds them; the batch time
 //     is the profile's. The first token is produced by prefill (TTFT =
