@@ -94,3 +94,38 @@ func TestNarwhalSameSeedSameResult(t *testing.T) {
 		t.Fatalf("same seed, different results:\n%+v\n%+v", a, b)
 	}
 }
+
+// TestPacedRunWithConcurrentReaders is the demo's situation: the replay
+// drives the core while an HTTP server reads it from other goroutines.
+func TestPacedRunWithConcurrentReaders(t *testing.T) {
+	reqs := syntheticWorkload(200) // 30 s of arrivals
+	cfg := testConfig("narwhal", 4)
+	done := make(chan struct{})
+	readerDone := make(chan int)
+	_, err := Run(context.Background(), cfg, reqs, WithPace(1000),
+		WithCoreReady(func(c *core.Core) {
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-done:
+						readerDone <- n
+						return
+					default:
+					}
+					_ = c.State(cfg.StartUnixNs)
+					_ = c.Decisions(0, 16)
+					_ = c.Roles().Prefill
+					n++
+				}
+			}()
+		}))
+	close(done)
+	n := <-readerDone
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("the concurrent reader never ran")
+	}
+}
