@@ -55,6 +55,10 @@ type Config struct {
 	// targets (requests must meet the SLO, not their mean): the M/M/1
 	// waiting-time quantile per engine.
 	LatencyQuantile float64 `json:"latency_quantile" yaml:"latency_quantile"`
+	// ScoreCap caps each phase's pressure in a split's score: a phase
+	// that stays above it in every split is past saving, and moving
+	// engines toward it would only starve the other phase.
+	ScoreCap float64 `json:"score_cap" yaml:"score_cap"`
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
 }
@@ -68,7 +72,7 @@ func DefaultConfig() Config {
 		DwellS:              120,
 		ConfirmSteps:        3,
 		TargetPressure:      0.8,
-		SourceLimit:         0.9,
+		SourceLimit:         0.6,
 		HysteresisMargin:    0.1,
 		KVHeadroom:          0.9,
 		MinEvidenceArrivals: 20,
@@ -76,7 +80,8 @@ func DefaultConfig() Config {
 		DefaultOutputTokens: 256,
 		MinObservations:     10,
 		DrainCostWeight:     0.01,
-		LatencyQuantile:     0.75,
+		LatencyQuantile:     0.5,
+		ScoreCap:            2,
 		JournalRing:         1024,
 	}
 }
@@ -120,6 +125,8 @@ func (c Config) Validate() error {
 		return bad("drain_cost_weight", c.DrainCostWeight, ">= 0")
 	case !finite(c.LatencyQuantile) || c.LatencyQuantile < 0 || c.LatencyQuantile >= 1:
 		return bad("latency_quantile", c.LatencyQuantile, "in [0, 1)")
+	case !finite(c.ScoreCap) || c.ScoreCap <= c.TargetPressure:
+		return bad("score_cap", c.ScoreCap, fmt.Sprintf("> target_pressure (%v)", c.TargetPressure))
 	case c.JournalRing < 1:
 		return bad("journal_ring", c.JournalRing, ">= 1")
 	}

@@ -346,7 +346,15 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	s.EstimateBuild = c.builds
 	// Arrivals: the short horizon, then the rest of the long one (the
 	// long horizon is their union: each bucket read once).
-	var m moments
+	// Requests that can meet the TTFT SLO at all on the reference profile.
+	s.refProfile = c.profiles.Default
+	for i := range s.Engines {
+		if s.Engines[i].Role == RolePrefill && s.Engines[i].HasProfile {
+			s.refProfile = s.Engines[i].Profile
+			break
+		}
+	}
+	m := moments{feasibleMax: feasibleMaxInput(&s.Profiles[s.refProfile], c.tm.TTFTSLOS)}
 	shortFrom, longFrom := nowNs-c.tm.ShortNs, nowNs-c.tm.LongNs
 	if in.Arrivals != nil {
 		c.cellBuf, w = in.Arrivals.Window(shortFrom, nowNs, c.cellBuf[:0])
@@ -654,4 +662,25 @@ func (c *Controller) evidence(nowNs int64) *DemandEvidence {
 	}
 	ev.SpanS = roundJ(ev.SpanS)
 	return ev
+}
+
+// feasibleMaxInput is the longest prompt whose own prefill fits in the
+// TTFT SLO on p (binary search on the monotone part of the fit).
+func feasibleMaxInput(p *Profile, ttftS float64) int64 {
+	if !p.HasPrefill || p.Prefill.Seconds(1) > ttftS {
+		return 0
+	}
+	lo, hi := int64(1), int64(buckets.MaxTokens)
+	if p.Prefill.Seconds(float64(hi)) <= ttftS {
+		return hi
+	}
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		if p.Prefill.Seconds(float64(mid)) <= ttftS {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }

@@ -360,9 +360,9 @@ func TestDemandEvidence(t *testing.T) {
 	for ts := t0 - 59*sec; ts < t0; ts += 50e6 {
 		arr.Record(ts, buckets.Shape{Input: 1024, Output: 16})
 	}
-	// Invalidate bucket [t0-10, t0-9): fill its 128 cells, overflow one
+	// Invalidate bucket [t0-15, t0-14): fill its 128 cells, overflow one
 	// observation and reprice it out of the cohort.
-	inv := t0 - 10*sec
+	inv := t0 - 15*sec
 	for i := int64(0); i < 130; i++ {
 		arr.Record(inv+1e6, buckets.Shape{Input: 2000 + i, Output: 1})
 	}
@@ -405,4 +405,55 @@ func TestDemandEvidence(t *testing.T) {
 		t.Fatalf("expected evidence on a floor-blocked decision; got %q %+v", d.Blocked, d.DemandEvidence)
 	}
 	_ = math.Inf
+}
+
+// TestScoreCapHoldsWhenPastSaving: when the prefill phase stays above
+// score_cap whatever the split, the controller does not drain decode for
+// it; with a cap out of reach it would.
+func TestScoreCapHoldsWhenPastSaving(t *testing.T) {
+	// 10 s of prefill queued on every prefill engine: TTFT stays past
+	// 2× the SLO with any number of prefill engines (finite, though).
+	in := Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}}
+	backlog := func(c *Controller) {
+		for _, e := range c.Engines() {
+			if e.Role == RolePrefill {
+				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 10}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	c := newTestController(t, testConfig(), 4, 4)
+	backlog(c)
+	s := c.Snapshot(t0, in)
+	if p := s.Split(s.MaxMoves() - 1).PrefillPressure; !(p > 2) || math.IsInf(p, 1) {
+		t.Fatalf("setup: prefill pressure with 7 prefill engines %v; want finite > 2", p)
+	}
+	if d := c.Step(t0, in); d.Action != ActionHold {
+		t.Fatalf("past saving: got %s %q (%s); want hold", d.Action, d.Blocked, d.Reason)
+	}
+	cfg := testConfig()
+	cfg.ScoreCap, cfg.SourceLimit = 1e9, 0.9
+	c = newTestController(t, cfg, 4, 4)
+	backlog(c)
+	if d := c.Step(t0, in); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
+		t.Fatalf("without the cap: got %s %q; want a decode->prefill move", d.Action, d.Blocked)
+	}
+}
+
+// TestInfeasibleRequestsDoNotDriveTTFT: requests whose own prefill exceeds
+// the TTFT SLO load the engines but do not set the predicted TTFT.
+func TestInfeasibleRequestsDoNotDriveTTFT(t *testing.T) {
+	c := newTestController(t, testConfig(), 4, 4)
+	mixed := &fakeHistory{cells: []buckets.Cell{{Shape: buckets.Shape{Input: 512, Output: 16}}, {Shape: buckets.Shape{Input: 4000, Output: 16}}}, perS: []float64{4, 0.2}}
+	s := c.Snapshot(t0, Inputs{Arrivals: mixed})
+	if sh := s.Long.FeasibleShare; math.Abs(sh-4/4.2) > 1e-9 || s.Long.FeasibleMeanInput != 512 {
+		t.Fatalf("unexpected feasible share %v / mean %v", sh, s.Long.FeasibleMeanInput)
+	}
+	p := &s.Profiles[s.refProfile]
+	own := p.Prefill.Seconds(512) / 0.25
+	got := s.Split(0).LongPrefill
+	if got < own || got > 2*own {
+		t.Fatalf("prefill pressure %v should be near the feasible requests' own %v, not the 4000-token prompts'", got, own)
+	}
 }

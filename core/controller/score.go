@@ -101,7 +101,11 @@ func (s *Snapshot) Split(j int) SplitScore {
 	} else if nD == 0 && sc.KVNeedTokens > 0 {
 		sc.DecodePressure = math.Inf(1)
 	}
-	sc.Score = max(sc.PrefillPressure, sc.DecodePressure) + s.Config.DrainCostWeight*sc.DrainS
+	// The score caps each pressure: beyond score_cap a phase misses its
+	// SLO for nearly every request whatever the split, so chasing it only
+	// starves the other phase.
+	scoreCap := s.Config.ScoreCap
+	sc.Score = max(min(sc.PrefillPressure, scoreCap), min(sc.DecodePressure, scoreCap)) + s.Config.DrainCostWeight*sc.DrainS
 	return sc
 }
 
@@ -144,7 +148,7 @@ func (s *Snapshot) prefillPressure(h *HorizonDemand, n int, muSum, backlogS floa
 			return math.Inf(1)
 		}
 		sv := float64(n) / muSum
-		ttft += sv
+		ttft += sv * s.feasibleRatio[hIndex(s, h)]
 		// Waiting-time quantile of an M/M/1 queue per engine:
 		// P(W > t) = ρ·exp(−t(1−ρ)/S), so the q-quantile is
 		// S/(1−ρ)·ln(ρ/(1−q)) when ρ > 1−q.
@@ -224,4 +228,11 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+func hIndex(s *Snapshot, h *HorizonDemand) int {
+	if h == &s.Long {
+		return 1
+	}
+	return 0
 }

@@ -58,6 +58,13 @@ type HorizonDemand struct {
 	Unsized          int64   `json:"unsized"`
 	InvalidBuckets   int     `json:"invalid_buckets"`
 	DecodeIncomplete bool    `json:"decode_incomplete"`
+	// FeasibleShare is the share of requests whose own prefill (on the
+	// reference profile) fits in the TTFT SLO; the TTFT prediction is
+	// about them (the others miss whatever the split) while all requests
+	// load the engines. FeasibleMeanInput(Sq) are their moments.
+	FeasibleShare       float64 `json:"feasible_share"`
+	FeasibleMeanInput   float64 `json:"feasible_mean_input"`
+	FeasibleMeanInputSq float64 `json:"feasible_mean_input_sq"`
 }
 
 // OutputEstimate turns requested output tokens into expected output
@@ -171,6 +178,11 @@ type Snapshot struct {
 	// useObserved: with complete demand, observed pressure (enough
 	// observations) still floors the prediction.
 	useObserved bool
+	// refProfile: the profile of the first prefill engine (else the
+	// default); feasibleRatio: mean own prefill time of feasible requests
+	// over that of all requests, per horizon.
+	refProfile    int
+	feasibleRatio [2]float64
 }
 
 // poolBase: per horizon, sums over the current pools.
@@ -210,10 +222,13 @@ func (s *Snapshot) clone() *Snapshot {
 // moments accumulates request-shape moments from window reads.
 type moments struct {
 	n, sl, sl2, so, soc float64
-	maxIn, maxCtx       int64
-	overflow, unsized   int64
-	invalid             int
-	incomplete          bool
+	// Requests that can meet the TTFT SLO at all (input <= feasibleMax).
+	feasibleMax       int64
+	nf, slf, sl2f     float64
+	maxIn, maxCtx     int64
+	overflow, unsized int64
+	invalid           int
+	incomplete        bool
 }
 
 func (m *moments) add(l, req, count int64, est *OutputEstimate) {
@@ -223,6 +238,11 @@ func (m *moments) add(l, req, count int64, est *OutputEstimate) {
 	m.n += c
 	m.sl += c * lf
 	m.sl2 += c * lf * lf
+	if l <= m.feasibleMax {
+		m.nf += c
+		m.slf += c * lf
+		m.sl2f += c * lf * lf
+	}
 	m.so += c * o
 	m.soc += c * o * (lf + o/2)
 	m.maxIn = max(m.maxIn, l)
@@ -266,6 +286,11 @@ func (m *moments) fill(h *HorizonDemand, fromNs, toNs int64) {
 	}
 	if m.so > 0 {
 		h.DecodeCtx = m.soc / m.so
+	}
+	if m.nf > 0 {
+		h.FeasibleShare = m.nf / m.n
+		h.FeasibleMeanInput = m.slf / m.nf
+		h.FeasibleMeanInputSq = m.sl2f / m.nf
 	}
 }
 
@@ -353,6 +378,18 @@ func (s *Snapshot) prepare() {
 
 	// Per-profile, per-horizon engine parameters.
 	hz := [2]*HorizonDemand{&s.Short, &s.Long}
+	ref := &s.Profiles[s.refProfile]
+	for h := 0; h < 2; h++ {
+		s.feasibleRatio[h] = 1
+		d := hz[h]
+		if d.FeasibleShare > 0 && ref.HasPrefill {
+			all := ref.Prefill.A + ref.Prefill.B*d.MeanInput + ref.Prefill.C*d.MeanInputSq
+			f := ref.Prefill.A + ref.Prefill.B*d.FeasibleMeanInput + ref.Prefill.C*d.FeasibleMeanInputSq
+			if all > 0 && f > 0 {
+				s.feasibleRatio[h] = f / all
+			}
+		}
+	}
 	mu := func(p *Profile, h *HorizonDemand) float64 { // prefill requests/s one engine serves
 		if !p.HasPrefill || h.Requests == 0 {
 			return 0
