@@ -57,10 +57,10 @@
 // 0.8, hysteresis 0.1, confirm 3, cooldown 30 s, dwell 120 s) were chosen
 // on the simulator (sim/: 16 OPT-66B TP8 engines; Azure conv+code at 2×,
 // 4×, 6×, 8× rate; Mooncake conversation at 0.1×–0.3×): SLO attainment
-// 83.6/79.1/70.3/49.6% against 84.8/77.0/69.2/46.7% for the best static
+// 83.6/79.1/71.2/49.2% against 84.8/77.0/69.2/46.7% for the best static
 // split in hindsight and 84.3/79.9/72.8/22.5% for the threshold policy
 // on Azure; 29.2/28.8/27.8% against 29.3/29.0/28.6% (static) and
-// 29.3/26.4/19.0% (threshold) on Mooncake, with 5–13 moves.
+// 29.3/26.4/19.0% (threshold) on Mooncake, with 6–20 moves.
 //
 // The decode correction is observed TPOT / modelled TPOT at the decode
 // engines' current residency (clamped to [0.5, 2]), used once at least
