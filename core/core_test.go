@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -307,5 +309,26 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if got := len(c.Decisions(0, 0)); got != 50 {
 		t.Fatalf("unexpected decisions %d; want 50", got)
+	}
+}
+
+func TestRunStepsOnTheWallClock(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StepS = 0.005
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ds := c.Decisions(0, 0)
+	if len(ds) < 3 {
+		t.Fatalf("Run made %d steps in 60 ms at 5 ms; want several", len(ds))
+	}
+	if ds[0].Basis != controller.BasisNoEngines || ds[0].AtNs < time.Now().Add(-time.Minute).UnixNano() {
+		t.Fatalf("unexpected first decision %+v", ds[0])
 	}
 }
