@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/ring"
 )
 
 // ErrInvalidConfig is returned (wrapped) by Config.Validate and New.
@@ -72,6 +74,16 @@ func (c Config) Validate() error {
 		return bad("ttft_slo_s", c.TTFTSLOS, "> 0 and <= 31536000")
 	case !pos(c.TPOTSLOS):
 		return bad("tpot_slo_s", c.TPOTSLOS, "> 0 and <= 31536000")
+	}
+	// Every history is a ring of at most ring.MaxSlots buckets: the
+	// outputs history keeps four demand windows of demand buckets, the
+	// attainment four windows of monitor intervals.
+	width := float64(buckets.BucketWidth(secNs(c.StepS), secNs(c.MinEvidenceSpanS))) / 1e9
+	if maxW := width * (ring.MaxSlots - 2) / 4; c.DemandWindowS > maxW {
+		return bad("demand_window_s", c.DemandWindowS, fmt.Sprintf("<= %v (four windows in at most %d buckets of %v s)", maxW, ring.MaxSlots, width))
+	}
+	if maxW := c.MonitorIntervalS * (ring.MaxSlots - 2) / 4; c.DemandWindowS > maxW {
+		return bad("demand_window_s", c.DemandWindowS, fmt.Sprintf("<= %v (four windows in at most %d attainment buckets of monitor_interval_s)", maxW, ring.MaxSlots))
 	}
 	if err := c.Controller.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

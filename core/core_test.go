@@ -315,6 +315,10 @@ func TestConcurrentUse(t *testing.T) {
 func TestRunStepsOnTheWallClock(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.StepS = 0.005
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "demand_window_s must be <= ") {
+		t.Fatalf("a window needing more buckets than a ring holds must be refused; got %v", err)
+	}
+	cfg.DemandWindowS, cfg.MinEvidenceSpanS = 10, 1
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +330,7 @@ func TestRunStepsOnTheWallClock(t *testing.T) {
 	}
 	ds := c.Decisions(0, 0)
 	if len(ds) < 3 {
-		t.Fatalf("Run made %d steps in 60 ms at 5 ms; want several", len(ds))
+		t.Fatalf("Run made %d steps in 60 ms at 5 ms steps; want several", len(ds))
 	}
 	if ds[0].Basis != controller.BasisNoEngines || ds[0].AtNs < time.Now().Add(-time.Minute).UnixNano() {
 		t.Fatalf("unexpected first decision %+v", ds[0])
