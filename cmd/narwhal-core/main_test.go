@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -120,17 +121,41 @@ func (p *coreProc) postEvents(t *testing.T, body string) string {
 	return fmt.Sprintf("%d %s", resp.StatusCode, b)
 }
 
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	buildDir  string
+)
+
+// TestMain removes the binary built (once) for the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary builds cmd/narwhal-core once per test run with `go build`.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "narwhal-core")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "narwhal-core-test"); buildErr != nil {
+			return
+		}
+		builtBin = filepath.Join(buildDir, "narwhal-core")
+		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return builtBin
 }
 
 func TestHelpAndBadConfig(t *testing.T) {
@@ -151,6 +176,7 @@ type decisionRec struct {
 	Seq     uint64 `json:"seq"`
 	AtNs    int64  `json:"at_ns"`
 	Action  string `json:"action"`
+	Reason  string `json:"reason"`
 	Blocked string `json:"blocked_gate"`
 	Moves   []struct {
 		EngineID string `json:"engine_id"`
@@ -224,7 +250,9 @@ core:
 		return false
 	})
 	if !found {
-		t.Fatalf("no move within 20 s of decode-heavy load\n%s", p.stderr.String())
+		var r struct{ Decisions []decisionRec }
+		p.getJSON(t, "/v1/decisions?limit=20", &r)
+		t.Fatalf("no move within 20 s of decode-heavy load; first decisions: %+v", r.Decisions)
 	}
 	mv := move.Moves[0]
 	var before struct{ Decisions []decisionRec }
@@ -307,7 +335,13 @@ core:
 		return false
 	})
 	if blocked.Seq == 0 {
-		t.Fatalf("after restart no decision was blocked by the restored cooldown; decisions: %+v", after.Decisions)
+		var b strings.Builder
+		for _, d := range after.Decisions {
+			if d.Seq > lastSeq {
+				fmt.Fprintf(&b, "\n  %d %s %q %s", d.Seq, d.Action, d.Blocked, d.Reason)
+			}
+		}
+		t.Fatalf("after restart no decision was blocked by the restored cooldown; decisions since the restart:%s", b.String())
 	}
 	p.stop(t)
 }
