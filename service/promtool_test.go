@@ -28,17 +28,21 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("promtool check metrics failed: %v\n%s", err, out.String())
 	}
-	for _, m := range []string{"narwhal_http_requests_total", "narwhal_demand_history_observations", "narwhal_controller_decisions_total", "narwhal_fleet_sink_errors_total", "go_goroutines"} {
+	for _, m := range []string{"narwhal_http_requests_total", "narwhal_demand_history_observations", "narwhal_controller_decisions_total", "narwhal_fleet_reports_total", "go_goroutines"} {
 		if !strings.Contains(body, m) {
 			t.Fatalf("/metrics lacks %s", m)
 		}
 	}
 }
 
-// exerciseForMetrics serves one accepted and one refused line so that
-// every metric family has samples.
+// exerciseForMetrics serves one accepted and one refused line and one
+// agent report so that every metric family has samples.
 func exerciseForMetrics(t *testing.T, s *Server) {
 	t.Helper()
 	post(t, s.Handler(), "/v1/events", testToken, fmt.Sprintf("{\"type\":\"refused\",\"ts_ns\":%d}\nbad\n", testNow))
 	get(t, s.Handler(), "/v1/state")
+	report := fmt.Sprintf(`{"version":1,"reports":[{"kind":"heartbeat","node":"n1","epoch":1,"seq":1,"sent_ns":%d}]}`, testNow)
+	if code, body := post(t, s.Handler(), "/v1/agent/reports", testToken, report); code != 200 {
+		t.Fatalf("agent heartbeat: %d %s", code, body)
+	}
 }
