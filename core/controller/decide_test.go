@@ -230,7 +230,7 @@ func TestNoOscillationNearThreshold(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		c := newTestController(t, cfg, 4, 4)
 		rng := rand.New(rand.NewPCG(seed, 7))
-		moves, lastMove := 0, int64(0)
+		moves, proposals, lastMove := 0, 0, int64(0)
 		now := t0
 		for i := 0; i < 100; i++ {
 			now += sec
@@ -238,10 +238,17 @@ func TestNoOscillationNearThreshold(t *testing.T) {
 			if rng.IntN(2) == 1 {
 				rate = over
 			}
-			if d := c.Step(now, Inputs{Arrivals: steady(256, 512, rate), Outputs: &fakeHistory{}}); d.Action == ActionMove {
+			d := c.Step(now, Inputs{Arrivals: steady(256, 512, rate), Outputs: &fakeHistory{}})
+			if d.Action != ActionHold {
+				proposals++
+			}
+			if d.Action == ActionMove {
 				moves++
 				lastMove = now
 			}
+		}
+		if proposals == 0 {
+			t.Fatalf("seed %d: the load never made a move worth proposing; the test would prove nothing", seed)
 		}
 		if moves > 1 {
 			t.Fatalf("seed %d: %d moves under constant load near the threshold; want at most 1", seed, moves)
