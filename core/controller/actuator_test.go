@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+type recordingActuator struct {
+	moves []Move
+	err   error
+}
+
+func (a *recordingActuator) Start(m Move) error {
+	a.moves = append(a.moves, m)
+	return a.err
+}
+
+// A moving engine takes no new work until MoveDone; MoveDone puts it in
+// its new role, a failed move back in its old one.
+func TestMoveLifecycle(t *testing.T) {
+	act := &recordingActuator{}
+	c := newTestController(t, testConfig(), 4, 4, WithActuator(act))
+	d := c.Step(t0, d2pInputs())
+	if d.Action != ActionMove || len(act.moves) != 1 || act.moves[0] != d.Moves[0] || act.moves[0].DecisionSeq != d.Seq || act.moves[0].AtNs != t0 {
+		t.Fatalf("unexpected move handed to the actuator: %+v (decision %+v)", act.moves, d.Moves)
+	}
+	id := d.Moves[0].EngineID
+	tb := c.Roles()
+	if tb.RoleOf(id) != RoleNone || slices.Contains(tb.Prefill, id) || slices.Contains(tb.Decode, id) || !tb.Known(id) {
+		t.Fatalf("a draining engine must take no new work: %v / %v", tb.Prefill, tb.Decode)
+	}
+	if d2 := c.Step(t0+sec, d2pInputs()); d2.Blocked != GateLiveAvailability {
+		t.Fatalf("a move in flight must block the next one; got %s %q", d2.Action, d2.Blocked)
+	}
+	c.MoveDone(id, t0+20*sec, nil)
+	if c.Roles().RoleOf(id) != RolePrefill {
+		t.Fatalf("after MoveDone the engine serves prefill; got %v", c.Roles().RoleOf(id))
+	}
+	for _, e := range c.Engines() {
+		if e.ID == id && (e.State != StateServing || e.TargetRole != RoleNone || e.LastMoveNs != t0+20*sec) {
+			t.Fatalf("unexpected engine row after the move %+v", e)
+		}
+	}
+	// A failed move returns the engine to its old role.
+	act2 := &recordingActuator{}
+	c2 := newTestController(t, testConfig(), 4, 4, WithActuator(act2))
+	d = c2.Step(t0, d2pInputs())
+	c2.MoveDone(d.Moves[0].EngineID, t0+sec, errors.New("pod relabel failed"))
+	if got := c2.Roles().RoleOf(d.Moves[0].EngineID); got != RoleDecode {
+		t.Fatalf("failed move: role %v; want decode", got)
+	}
+	// An actuator that refuses to start gets the move undone at once.
+	act3 := &recordingActuator{err: errors.New("no")}
+	c3 := newTestController(t, testConfig(), 4, 4, WithActuator(act3))
+	d = c3.Step(t0, d2pInputs())
+	if got := c3.Roles().RoleOf(d.Moves[0].EngineID); got != RoleDecode || len(c3.Roles().Decode) != 4 {
+		t.Fatalf("refused start: role %v; want decode", got)
+	}
+	// MoveDone for unknown or serving engines changes nothing.
+	v := c3.Roles().Version
+	c3.MoveDone("ghost", t0, nil)
+	c3.MoveDone("e000", t0, nil)
+	if c3.Roles().Version != v {
+		t.Fatal("a stray MoveDone republished the role table")
+	}
+}
+
+func TestEngineInputValidation(t *testing.T) {
+	c := newTestController(t, testConfig(), 1, 1)
+	v := c.Roles().Version
+	for _, e := range []Engine{{ID: ""}, {ID: "x", KVCapacityTokens: -1}, {ID: "x", Role: 7}, {ID: "x", Resident: Resident{QueuedPrefillS: -1}}} {
+		if err := c.UpsertEngine(e); !errors.Is(err, ErrInvalidEngine) {
+			t.Fatalf("engine %+v: got %v; want ErrInvalidEngine", e, err)
+		}
+	}
+	if err := c.UpdateEngine("ghost", t0, Resident{}, 0, true); !errors.Is(err, ErrUnknownEngine) {
+		t.Fatalf("got %v; want ErrUnknownEngine", err)
+	}
+	if err := c.RemoveEngine("ghost"); !errors.Is(err, ErrUnknownEngine) {
+		t.Fatalf("got %v; want ErrUnknownEngine", err)
+	}
+	if c.Roles().Version != v || len(c.Engines()) != 2 {
+		t.Fatal("refused input changed the engine table")
+	}
+	// New engines without a role balance the roles.
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if err := c.UpsertEngine(Engine{ID: id, Live: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tb := c.Roles(); len(tb.Prefill) != 3 || len(tb.Decode) != 2 {
+		t.Fatalf("unexpected balance %v / %v", tb.Prefill, tb.Decode)
+	}
+	if err := c.RemoveEngine("n1"); err != nil || c.Roles().Known("n1") {
+		t.Fatalf("remove: %v", err)
+	}
+}
