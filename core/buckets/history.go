@@ -194,7 +194,20 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	tag := ring.TagOf(e)
 	sh := &h.shared[slot]
 	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
-	i, ok := h.cell(sh, tag, s, true)
+	// The shape's window, two groups of control bytes: a hit in the home
+	// group and a miss in a full window (a busy bucket) are decided here;
+	// anything else (free cells, second group) goes to cell.
+	hash := shapeHash(s)
+	fp := fingerprint(hash)
+	g := uint(hash >> 60)
+	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[(g+1)%groups].Load()
+	m0 := matchBytes(c0, fp)
+	i, ok := -1, true
+	if m0 != 0 && sh.keys[g*groupCells+uint(bits.TrailingZeros64(m0))/8].Load() == keyOf(tag, s) {
+		i = int(g*groupCells + uint(bits.TrailingZeros64(m0))/8)
+	} else if m0|matchBytes(c1, fp)|(^c0|^c1)&msbBytes != 0 {
+		i, ok = h.cell(sh, tag, s, true)
+	}
 	var c *atomic.Uint64
 	switch {
 	case i >= 0:
@@ -273,12 +286,6 @@ func (h *History) cell(sh *slotShared, tag uint64, s Shape, claim bool) (int, bo
 	hash := shapeHash(s)
 	fp := fingerprint(hash)
 	g := int(hash >> 60)
-	// Fast miss: both groups of the window full and no fingerprint match
-	// (the common case once a busy bucket's table has filled).
-	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[(g+1)%groups].Load()
-	if matchBytes(c0, fp)|matchBytes(c1, fp)|(^c0&msbBytes)|(^c1&msbBytes) == 0 {
-		return -1, true
-	}
 	for n := 0; n < ProbeWindow/groupCells; n++ {
 		base := ((g + n) % groups) * groupCells
 		c := sh.ctrl[(g+n)%groups].Load()

@@ -25,14 +25,32 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 	slot := h.r.Slot(epoch)
 	tag := ring.TagOf(epoch)
 	sh := &h.shared[slot]
+	blocks := h.stripes[slot<<h.stripeLog : (slot+1)<<h.stripeLog]
 	for g := range sh.ctrl {
 		for m := sh.ctrl[g].Load() & msbBytes; m != 0; m &= m - 1 {
 			i := g*groupCells + bits.TrailingZeros64(m)/8
-			dst = h.readCell(sh, slot, tag, i, dst, appendCells, &sum)
+			k := sh.keys[i].Load()
+			if k&presentBit == 0 || k>>ring.ValueBits != tag {
+				continue
+			}
+			sum.claimed++
+			var c uint64
+			for st := range blocks {
+				if v := blocks[st].cells[i].Load(); v>>ring.ValueBits == tag {
+					c += v & ring.ValueMask
+				}
+			}
+			if c == 0 {
+				continue
+			}
+			sum.exact += int64(c)
+			if appendCells {
+				dst = append(dst, Cell{Shape: keyShape(k), Count: int64(c)})
+			}
 		}
 	}
-	for st := 0; st <= h.stripeMask; st++ {
-		b := h.block(slot, st)
+	for st := range blocks {
+		b := &blocks[st]
 		sum.overflow.Count += int64(ring.Value(&b.overflow, tag))
 		sum.unsized += int64(ring.Value(&b.unsized, tag))
 	}
@@ -44,27 +62,6 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 	sum.overflow.ZeroOutput = sum.overflow.Count > 0 && m&metaZeroSeen != 0
 	sum.invalid = m&metaInvalid != 0
 	return dst, sum
-}
-
-// readCell reads exact cell i of the bucket tagged tag into sum (and dst).
-func (h *History) readCell(sh *slotShared, slot int, tag uint64, i int, dst []Cell, appendCells bool, sum *bucketSummary) []Cell {
-	k := sh.keys[i].Load()
-	if k&presentBit == 0 || ring.WordTag(k) != tag {
-		return dst
-	}
-	sum.claimed++
-	var c uint64
-	for st := 0; st <= h.stripeMask; st++ {
-		c += ring.Value(&h.block(slot, st).cells[i], tag)
-	}
-	if c == 0 {
-		return dst
-	}
-	sum.exact += int64(c)
-	if appendCells {
-		dst = append(dst, Cell{Shape: keyShape(k), Count: int64(c)})
-	}
-	return dst
 }
 
 func mergeCohort(dst *Cohort, c Cohort) {
