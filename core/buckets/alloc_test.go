@@ -39,6 +39,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 			t.Fatal("BUG: empty window")
 		}
 	})
+	assertNoAllocs(t, "has overflow", func() { d.Outputs.HasOverflow() })
 	assertNoAllocs(t, "evidence", func() { d.Arrivals.Evidence(ts-30*sec, ts) })
 	assertNoAllocs(t, "attainment window", func() { a.Window(ts-60*sec, ts) })
 	assertNoAllocs(t, "pressure window", func() { p.Window(ts-60*sec, ts) })

@@ -8,21 +8,26 @@
 // A History is one kind's ring of buckets of BucketWidth (min of one
 // second, the controller step and the minimum evidence span). Each bucket
 // holds ExactCells (128) exact shape cells, one overflow cohort and one
-// unsized cell. The cells are an open-addressed table keyed by shape: a shape
-// probes ProbeWindow (16) cells from its home cell (ProbeStart) and takes
-// its own cell or the first free one, claimed by CAS; a shape that finds
-// neither within its window goes to the overflow cohort. So a bucket never
-// holds more than 128 exact shapes, and in practice fills most of them
-// before overflowing; once a shape overflows in a bucket, all its later
-// observations in that bucket overflow too (cells are never freed within a
-// bucket). The overflow cohort keeps every count and is priced by its
+// unsized cell. The cells are an open-addressed table keyed by shape, in 16
+// groups of 8: a shape's home group comes from its hash (ProbeStart), and
+// it probes its home group then the next one (ProbeWindow = 16 cells),
+// taking its own cell or the first free one, claimed by CAS; a shape that
+// finds neither within its window goes to the overflow cohort. One control
+// byte per cell (free, or 7 bits of the shape's hash) lets a writer decide
+// eight cells at a time, so a hit or a miss in a full table costs two loads
+// and no key comparisons. A bucket never holds more than 128 exact shapes
+// and in practice fills nearly all of them before overflowing; once a
+// shape overflows in a bucket, its later observations there overflow too
+// (cells are never freed within a bucket). The overflow cohort keeps every
+// count and is priced by its
 // largest input and largest requested output (atomic maxima); an overflowed
 // observation with requested output 0 marks the cohort ZeroOutput, i.e.
 // decode demand incomplete (Window.DecodeIncomplete).
 //
-// Outputs history with overflow: Window(...).Overflow.Count > 0 over the
-// retained span tells the controller that learned output discounts must be
-// disabled; the overflow expires with its bucket, four demand windows later.
+// Outputs history with overflow: HasOverflow (equivalently
+// Window(...).Overflow.Count > 0 over the retained span) tells the
+// controller that learned output discounts must be disabled; the overflow
+// expires with its bucket, four demand windows later.
 //
 // Retention: arrivals and residency one demand window, outputs four (see
 // NewDemand). A History holds floor(retention/width)+1 buckets, so the

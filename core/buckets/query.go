@@ -168,3 +168,26 @@ func (h *History) UnsizedObservations() int64 {
 	}
 	return u
 }
+
+// HasOverflow reports whether any retained bucket holds overflow
+// observations. For the outputs history this is the signal that learned
+// output discounts must stay disabled until those observations expire.
+func (h *History) HasOverflow() bool {
+	o, n := h.r.Oldest(), h.r.Newest()
+	if o == ring.None {
+		return false
+	}
+	for e := o; e <= n; e++ {
+		if !h.r.Holds(e) {
+			continue
+		}
+		slot, tag := h.r.Slot(e), ring.TagOf(e)
+		blocks := h.stripes[slot<<h.stripeLog : (slot+1)<<h.stripeLog]
+		for st := range blocks {
+			if ring.Value(&blocks[st].overflow, tag) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -509,6 +509,9 @@ func TestOutputOverflowDisablesLearnedDiscountsUntilExpiry(t *testing.T) {
 	record(t, h, at(0), 8000, 7000) // overflowed output observation
 	overflowRetained := func(now float64) bool {
 		_, w := h.Window(0, at(now), nil)
+		if h.HasOverflow() != (w.Overflow.Count > 0) {
+			t.Fatalf("HasOverflow %v disagrees with the window %+v", h.HasOverflow(), w.Overflow)
+		}
 		return w.Overflow.Count > 0
 	}
 	record(t, h, at(40), 10, 10)
