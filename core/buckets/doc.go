@@ -57,9 +57,10 @@
 // cohort crossing the boundary counts whole, at most one extra bucket),
 // bucket k being [k*width, (k+1)*width) for writers and readers alike. It
 // appends each bucket's non-empty exact cells, oldest bucket first, to the
-// caller's buffer. Evidence(cutoff, to) is the conservative opposite: only
+// caller's buffer; the summary's FromNs/ToNs are the covered buckets'
+// bounds, clamped to what is retained (Buckets counts them, empty or not). Evidence(cutoff, to) is the conservative opposite: only
 // buckets starting at or after cutoff count, invalidated buckets are
-// skipped (and counted in SkippedInvalid), and buckets before the first
+// skipped (and counted in SkippedInvalid), and buckets before the oldest
 // record ever are not evidence. SpanNs runs from the start of the oldest
 // counted bucket to the end of the newest (the bucket holding to, which may
 // still be filling).
@@ -79,7 +80,9 @@
 // stay where they were (conservative price, ZeroOutput stays set), Window
 // counts it in InvalidBuckets, and Evidence skips it until it expires.
 // Counting at the maximum saturates at 2^25-1 observations, after which the
-// boundary never invalidates (it cannot have moved entirely).
+// boundary never invalidates (it cannot have moved entirely). If the bucket
+// is reused for a newer epoch while a reprice is in flight, the observation
+// leaves with its bucket (counted by Expired) and Reprice returns false.
 //
 // # Concurrency
 //
@@ -91,13 +94,20 @@
 // never twice), see an overflow count whose maxima lag by in-flight
 // records, or miss a bucket that is being reused for a newer epoch. Once
 // writers stop, reads are exact, and every observation ever recorded is
-// either in a retained bucket or counted by Expired, exactly once.
+// either in a retained bucket or counted by Expired, exactly once (the
+// race test checks recorded = retained + expired). Control bytes are hints
+// kept exact at rest: a writer sets a cell's byte right after claiming its
+// key, a drain clears the byte before the key and gives it back if a newer
+// epoch took the key meanwhile, and a lookup that finds a live key behind a
+// free byte repairs it. Records whose timestamps fall in the newest bucket
+// skip the division (one load and a compare).
 //
 // # Allocation
 //
-// Record, RecordUnsized, Reprice, Prune, Advance, Evidence, the
-// Demand offer calls, Attainment.Record/Window, Pressure.Record/Window and
-// Window into a buffer of enough capacity allocate nothing. Stats,
+// Record, RecordUnsized, Reprice, Prune, Advance, Evidence, HasOverflow,
+// the Demand offer calls, Attainment.Record/Window, Pressure.Record/Window
+// and Window into a buffer of enough capacity allocate nothing
+// (TestHotPathsDoNotAllocate). Stats,
 // Snapshot and the collectors (scrape time) scan the ring.
 //
 // # Introspection
@@ -105,16 +115,20 @@
 // Demand.Snapshot is demand_history: per kind retained cells (claimed exact
 // cells in retained buckets), cell limit (128 per retained bucket), counted
 // observations and overflow observations, plus unsized pending and
-// observations. NewCollector exports the same as narwhal_demand_history_*;
-// NewAttainmentCollector exports narwhal_attainment_*.
+// observations (pending never drops below zero: an end without a start is
+// ignored). NewCollector exports the same as narwhal_demand_history_*
+// (retained_cells, cell_limit, observations, overflow_observations by kind;
+// unsized_pending, unsized_observations; expired_observations_total by
+// kind); NewAttainmentCollector exports narwhal_attainment_*.
 //
 // # Attainment and pressure
 //
 // Attainment buckets are monitor_interval_s wide, per outcome (completed,
 // failed, expired, refused) counting TTFT-met, TPOT-met and total; the
 // caller retains four demand windows (NewAttainment's retention). CoveredS
-// is the age of the oldest retained bucket (the newer of the first record
-// and newest minus retention), capped at the retention. Pressure keeps per
+// is the age at now of the oldest retained bucket's start (the newer of
+// the oldest record ever and newest minus retention), capped at the
+// configured retention; 0 before the first record. Pressure keeps per
 // bucket the count, sum and maximum of a latency/SLO ratio as fixed point
 // (resolution 2^-16, clamped at 1e4); NaN, infinities and negative ratios
 // are refused.
