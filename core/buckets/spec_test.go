@@ -636,3 +636,27 @@ func TestEvidenceCountsOnlyBucketsWhollyAfterCutoff(t *testing.T) {
 		t.Fatalf("before the first record nothing is evidence: %+v", ev)
 	}
 }
+
+func TestAttainmentCollectorExportsWindowAndCoveredS(t *testing.T) {
+	a := mustAttainment(t, 10*sec, 120*sec)
+	a.Record(at(5), OutcomeCompleted, true, false)
+	a.Record(at(15), OutcomeCompleted, true, true)
+	a.Record(at(15), OutcomeRefused, false, false)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(NewAttainmentCollector(a, func() int64 { return at(40) })); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	got := gather(t, reg)
+	for name, v := range map[string]float64{
+		`narwhal_attainment_requests{outcome="completed"}`: 2,
+		`narwhal_attainment_ttft_met{outcome="completed"}`: 2,
+		`narwhal_attainment_tpot_met{outcome="completed"}`: 1,
+		`narwhal_attainment_requests{outcome="refused"}`:   1,
+		`narwhal_attainment_requests{outcome="failed"}`:    0,
+		`narwhal_attainment_covered_seconds`:               40,
+	} {
+		if g, ok := got[name]; !ok || g != v {
+			t.Errorf("unexpected %s; got %v (present %v); want %v", name, g, ok, v)
+		}
+	}
+}
