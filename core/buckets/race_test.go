@@ -35,7 +35,11 @@ func TestConcurrentWritersReaderAndExpiryConserveCounts(t *testing.T) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 1))
 			for i := 0; i < ops; i++ {
-				now := clock.Add(r.Int64N(width / 8))
+				step := r.Int64N(width / 8)
+				if r.IntN(3000) == 0 { // a jump past half the tag space
+					step = 20000*width + r.Int64N(width)
+				}
+				now := clock.Add(step)
 				ts := now - r.Int64N(retention+2*width) // some late, some too late
 				if r.IntN(3) > 0 {
 					ts = now
