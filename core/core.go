@@ -41,6 +41,8 @@ type options struct {
 	profiles  *controller.ProfileSet
 	logger    *slog.Logger
 	history   []controller.Decision
+	arrivals  controller.HistoryReader
+	outputs   controller.HistoryReader
 }
 
 // WithActuator sets who carries moves out (default: the journal-only dry
@@ -68,6 +70,16 @@ func WithJournalHistory(ds []controller.Decision) Option {
 	return func(o *options) { o.history = ds }
 }
 
+// WithDemandReaders makes the controller step on other arrivals and
+// outputs histories than the core's own (e.g. the Kubernetes leader's
+// merged demand of every router). Both must be set; the core keeps
+// recording its own demand (Demand, State, Collectors), and everything
+// else a step reads (pending unsized offers, observed pressure, engines)
+// stays local.
+func WithDemandReaders(arrivals, outputs controller.HistoryReader) Option {
+	return func(o *options) { o.arrivals, o.outputs = arrivals, outputs }
+}
+
 // Core is the embeddable Narwhal core: demand and attainment history fed
 // by a router's request lifecycle, the engine table fed by agents, and the
 // controller that moves engines between roles. Safe for concurrent use.
@@ -82,6 +94,9 @@ type Core struct {
 	decodeP  *buckets.Pressure
 	ctrl     *controller.Controller
 	log      *slog.Logger
+	// stepArrivals and stepOutputs are what Step reads: the own
+	// histories, or WithDemandReaders's.
+	stepArrivals, stepOutputs controller.HistoryReader
 	sink     controller.Sink
 
 	stepNs, windowNs, shortNs int64
@@ -105,6 +120,9 @@ func New(cfg Config, opts ...Option) (*Core, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	if (o.arrivals == nil) != (o.outputs == nil) {
+		return nil, fmt.Errorf("%w: WithDemandReaders needs both an arrivals and an outputs reader", ErrInvalidConfig)
+	}
 	c := &Core{cfg: cfg, log: o.logger, sink: o.sink, stateFile: o.stateFile,
 		stepNs: secNs(cfg.StepS), windowNs: secNs(cfg.DemandWindowS), shortNs: secNs(cfg.MinEvidenceSpanS),
 		ttftNs: cfg.TTFTSLOS * 1e9, tpotNs: cfg.TPOTSLOS * 1e9}
@@ -116,6 +134,10 @@ func New(cfg Config, opts ...Option) (*Core, error) {
 	c.arrivals = c.demand.History(buckets.KindArrivals)
 	c.resid = c.demand.History(buckets.KindResidency)
 	c.outputs = c.demand.History(buckets.KindOutputs)
+	c.stepArrivals, c.stepOutputs = c.arrivals, c.outputs
+	if o.arrivals != nil {
+		c.stepArrivals, c.stepOutputs = o.arrivals, o.outputs
+	}
 	if c.att, err = buckets.NewAttainment(secNs(cfg.MonitorIntervalS), 4*c.windowNs); err != nil {
 		return nil, fmt.Errorf("core: attainment: %w", err)
 	}
@@ -156,6 +178,14 @@ func New(cfg Config, opts ...Option) (*Core, error) {
 
 // Config returns the configuration the core runs with.
 func (c *Core) Config() Config { return c.cfg }
+
+// Demand returns the core's own demand histories (arrivals, residency,
+// outputs), e.g. for an exporter that ships them to a leader. Safe for
+// concurrent use with the request calls.
+func (c *Core) Demand() *buckets.Demand { return c.demand }
+
+// Attainment returns the core's own SLO attainment history.
+func (c *Core) Attainment() *buckets.Attainment { return c.att }
 
 // Controller returns the controller (for tools and tests).
 func (c *Core) Controller() *controller.Controller { return c.ctrl }
@@ -328,8 +358,8 @@ func (c *Core) inputs(nowNs int64) controller.Inputs {
 	from := nowNs - c.shortNs
 	p, d := c.prefillP.Window(from, nowNs), c.decodeP.Window(from, nowNs)
 	return controller.Inputs{
-		Arrivals:        c.arrivals,
-		Outputs:         c.outputs,
+		Arrivals:        c.stepArrivals,
+		Outputs:         c.stepOutputs,
 		PendingUnsized:  c.demand.Pending(),
 		ObservedPrefill: controller.PhaseObservation{Count: p.Count, Mean: p.Mean, Max: p.Max},
 		ObservedDecode:  controller.PhaseObservation{Count: d.Count, Mean: d.Mean, Max: d.Max},

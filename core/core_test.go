@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
 )
 
@@ -334,5 +335,53 @@ func TestRunStepsOnTheWallClock(t *testing.T) {
 	}
 	if ds[0].Basis != controller.BasisNoEngines || ds[0].AtNs < time.Now().Add(-time.Minute).UnixNano() {
 		t.Fatalf("unexpected first decision %+v", ds[0])
+	}
+}
+
+// TestStepReadsTheGivenDemandReaders: with WithDemandReaders the controller
+// steps on the given arrivals and outputs (here 120 requests over the
+// window that the core itself never saw), while the core keeps recording
+// its own demand (one request) for State and Demand.
+func TestStepReadsTheGivenDemandReaders(t *testing.T) {
+	width := DefaultConfig().StepS * 1e9
+	arr, err := buckets.NewHistory(int64(width), 60*sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := buckets.NewHistory(int64(width), 240*sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0 + 30*sec
+	for i := range int64(120) {
+		if !arr.Record(now-20*sec+i*(sec/10), buckets.Shape{Input: 500, Output: 200}) {
+			t.Fatal("record refused")
+		}
+	}
+	merged := newCore(t, WithDemandReaders(arr, out))
+	local := newCore(t)
+	for _, c := range []*Core{merged, local} {
+		if err := c.OfferSized(now-5*sec, 1000, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dm, dl := merged.Step(now), local.Step(now)
+	if got := dm.Snapshot.Long.Requests; got != 120 {
+		t.Fatalf("with readers: long-horizon requests %v; want 120 (the given arrivals)", got)
+	}
+	if got := dm.Snapshot.Long.MeanInput; got != 500 {
+		t.Fatalf("with readers: mean input %v; want 500", got)
+	}
+	if got := dl.Snapshot.Long.Requests; got != 1 {
+		t.Fatalf("own histories: long-horizon requests %v; want 1", got)
+	}
+	if got := merged.Demand().Arrivals.Stats(); got.Observations != 1 {
+		t.Fatalf("the core's own arrivals: %+v; want the 1 local request", got)
+	}
+	if merged.Demand() == local.Demand() || merged.Attainment() == nil {
+		t.Fatal("Demand/Attainment must be the core's own histories")
+	}
+	if _, err := New(DefaultConfig(), WithDemandReaders(arr, nil)); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("one reader only: got %v; want ErrInvalidConfig", err)
 	}
 }
