@@ -97,7 +97,7 @@ type Core struct {
 	// stepArrivals and stepOutputs are what Step reads: the own
 	// histories, or WithDemandReaders's.
 	stepArrivals, stepOutputs controller.HistoryReader
-	sink     controller.Sink
+	sink                      controller.Sink
 
 	stepNs, windowNs, shortNs int64
 	ttftNs, tpotNs            float64
