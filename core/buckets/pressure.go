@@ -83,7 +83,7 @@ func (p *Pressure) Record(tsNs int64, ratio float64) bool {
 	if _, ok := ring.Add(&b.count, tag, 1); !ok {
 		return false
 	}
-	ring.Add(&b.sum, tag, fixed)
+	addSaturating(&b.sum, tag, fixed)
 	for {
 		old := b.max.Load()
 		var nw uint64
@@ -154,4 +154,29 @@ func (p *Pressure) Window(fromNs, toNs int64) PressureWindow {
 		win.Max = float64(mx) / pressureScale
 	}
 	return win
+}
+
+// addSaturating adds v to the tagged sum w, stopping at the largest value a
+// word holds instead of spilling into the tag (a bucket would need about
+// 8.6e9 / ratio observations for that).
+func addSaturating(w *atomic.Uint64, tag, v uint64) {
+	for {
+		old := w.Load()
+		var nw uint64
+		switch ring.Rel(old, tag) {
+		case ring.Newer:
+			return
+		case ring.Older:
+			nw = ring.Pack(tag, v)
+		default:
+			nv := ring.WordValue(old) + v
+			if nv > ring.ValueMask {
+				nv = ring.ValueMask
+			}
+			nw = ring.Pack(tag, nv)
+		}
+		if nw == old || w.CompareAndSwap(old, nw) {
+			return
+		}
+	}
 }
