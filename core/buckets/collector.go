@@ -17,6 +17,10 @@ var (
 		"Retained offers that terminated before sizing.", nil, nil)
 	descExpired = prometheus.NewDesc("narwhal_demand_history_expired_observations_total",
 		"Observations expired from demand history since start.", []string{"kind"}, nil)
+	descRefused = prometheus.NewDesc("narwhal_demand_history_refused_records_total",
+		"Records refused for their timestamp: reason too_old (bucket expired) or too_far (far ahead of the newest bucket).", []string{"kind", "reason"}, nil)
+	descJumps = prometheus.NewDesc("narwhal_demand_history_jumps_total",
+		"Advances of the newest bucket by more than one retention (idle gaps, confirmed far-ahead records).", []string{"kind"}, nil)
 )
 
 type demandCollector struct{ d *Demand }
@@ -27,7 +31,7 @@ func NewCollector(d *Demand) prometheus.Collector { return demandCollector{d: d}
 
 func (c demandCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRetainedCells, descCellLimit, descObservations,
-		descOverflow, descUnsizedPending, descUnsizedObs, descExpired} {
+		descOverflow, descUnsizedPending, descUnsizedObs, descExpired, descRefused, descJumps} {
 		ch <- d
 	}
 }
@@ -40,8 +44,13 @@ func (c demandCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCellLimit, prometheus.GaugeValue, float64(st.CellLimit), kind)
 		ch <- prometheus.MustNewConstMetric(descObservations, prometheus.GaugeValue, float64(st.Observations), kind)
 		ch <- prometheus.MustNewConstMetric(descOverflow, prometheus.GaugeValue, float64(st.OverflowObservations), kind)
-		sized, _ := c.d.History(Kind(k)).Expired()
+		h := c.d.History(Kind(k))
+		sized, _ := h.Expired()
 		ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(sized), kind)
+		old, far, jumps := h.Refusals()
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(old), kind, "too_old")
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(far), kind, "too_far")
+		ch <- prometheus.MustNewConstMetric(descJumps, prometheus.CounterValue, float64(jumps), kind)
 	}
 	ch <- prometheus.MustNewConstMetric(descUnsizedPending, prometheus.GaugeValue, float64(snap.Unsized.Pending))
 	ch <- prometheus.MustNewConstMetric(descUnsizedObs, prometheus.GaugeValue, float64(snap.Unsized.Observations))

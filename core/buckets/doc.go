@@ -119,7 +119,11 @@
 // ignored). NewCollector exports the same as narwhal_demand_history_*
 // (retained_cells, cell_limit, observations, overflow_observations by kind;
 // unsized_pending, unsized_observations; expired_observations_total by
-// kind); NewAttainmentCollector exports narwhal_attainment_*.
+// kind; refused_records_total by kind and reason too_old/too_far;
+// jumps_total by kind, so a refused stray timestamp or a history reset by
+// an idle gap is never silent); NewAttainmentCollector exports
+// narwhal_attainment_* (requests, ttft_met, tpot_met by outcome;
+// covered_seconds).
 //
 // # Attainment and pressure
 //

@@ -160,6 +160,13 @@ func (h *History) Expired() (sized, unsized int64) {
 	return h.expSized.Load(), h.expUnsized.Load()
 }
 
+// Refusals counts records refused for time: too old (their bucket had
+// expired) and too far ahead of the newest bucket; jumps counts advances of
+// more than one retention (an idle gap, or two consistent far records).
+func (h *History) Refusals() (tooOld, tooFar, jumps int64) {
+	return h.r.RefusedOld(), h.r.RefusedFar(), h.r.Jumps()
+}
+
 func validShape(s Shape) bool {
 	return uint64(s.Input) <= MaxTokens && uint64(s.Output) <= MaxTokens // negatives wrap high
 }

@@ -78,6 +78,9 @@ func TestStrayFarFutureTimestampDoesNotWipeHistory(t *testing.T) {
 	if ns, _ := h.NewestNs(); ns != later+5*sec {
 		t.Fatalf("newest %d, want %d", ns, later+5*sec)
 	}
+	if old, far, jumps := h.Refusals(); old != 0 || far != 2 || jumps != 2 {
+		t.Fatalf("refusals: too old %d, too far %d, jumps %d; want 0, 2, 2 (the idle hour and the confirmed jump)", old, far, jumps)
+	}
 }
 
 func TestAdvanceFollowsTrustedClock(t *testing.T) {
