@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"time"
 
 	"github.com/narwhal-io/narwhal/core/controller"
@@ -462,15 +460,3 @@ func (a actuator) Start(m controller.Move) error {
 }
 
 var _ controller.Actuator = actuator{}
-
-// progressWriter is where progress lines go (nil: none).
-type progressWriter = io.Writer
-
-func nsToS(ns int64) float64 { return float64(ns) / 1e9 }
-
-func finite(x float64) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0
-	}
-	return x
-}
