@@ -41,6 +41,9 @@ type Config struct {
 	Agents  AgentsConfig `yaml:"agents" json:"agents"`
 	Engines []EngineSeed `yaml:"engines" json:"engines"`
 	Core    coreConfig   `yaml:"core" json:"core"`
+	// Kubernetes runs the replica as one of N behind a Lease (see
+	// KubernetesConfig and kube.go).
+	Kubernetes KubernetesConfig `yaml:"kubernetes" json:"kubernetes"`
 }
 
 // AuthConfig: bearer token for every write (events, agent reports).
@@ -123,8 +126,9 @@ func DefaultConfig() Config {
 			MaxTokens: l.MaxTokens, MaxPastS: float64(l.MaxPastNs) / 1e9,
 			MaxFutureS: float64(l.MaxFutureNs) / 1e9, MaxRequestS: float64(l.MaxRequestNs) / 1e9,
 		},
-		Agents: AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1},
-		Core:   defaultCoreConfig(),
+		Agents:     AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1},
+		Core:       defaultCoreConfig(),
+		Kubernetes: defaultKubernetesConfig(),
 	}
 }
 
@@ -244,6 +248,7 @@ func (c *Config) Validate() error {
 		}
 		bad("core.%s", msg)
 	}
+	errs = append(errs, c.Kubernetes.validate()...)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -312,6 +317,11 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 		if err := byPath[f.name].set(f.value); err != nil {
 			return cfg, fmt.Errorf("%w: flag --%s: %w", ErrConfig, f.name, err)
 		}
+	}
+	if cfg.Kubernetes.Enabled {
+		// kubernetes.namespace and pod_name default to the downward API's
+		// POD_NAMESPACE and POD_NAME.
+		cfg.Kubernetes.Config = cfg.Kubernetes.Config.FromEnv(func(k string) string { v, _ := lookupEnv(k); return v })
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
@@ -422,7 +432,7 @@ func walkSettings(v reflect.Value, prefix string, out *[]setting) {
 		fv := v.Field(i)
 		switch fv.Kind() {
 		case reflect.Struct:
-			if f.Anonymous && f.Tag.Get("yaml") == "" {
+			if f.Anonymous && (f.Tag.Get("yaml") == "" || strings.Contains(f.Tag.Get("yaml"), ",inline")) {
 				walkSettings(fv, prefix, out)
 			} else {
 				walkSettings(fv, path, out)

@@ -37,8 +37,9 @@ const (
 // sequence numbers and GET /v1/decisions continue across restarts) and
 // saves the controller state to DataDir/state.json after every step
 // (restored here, so cooldown and dwell survive a restart). Without one the
-// core is a dry run kept in memory.
-func NewCore(cfg Config, logger *slog.Logger) (*core.Core, error) {
+// core is a dry run kept in memory. The extra options (e.g.
+// Kube.CoreOptions) are applied last.
+func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*core.Core, error) {
 	opts := []core.Option{core.WithLogger(logger)}
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
@@ -57,14 +58,14 @@ func NewCore(cfg Config, logger *slog.Logger) (*core.Core, error) {
 		if len(history) > 0 {
 			opts = append(opts, core.WithJournalHistory(history))
 		}
-		c, err := core.New(cfg.Core, opts...)
+		c, err := core.New(cfg.Core, append(opts, extra...)...)
 		if err != nil {
 			_ = sink.Close()
 			return nil, fmt.Errorf("service: %w", err)
 		}
 		return c, nil
 	}
-	c, err := core.New(cfg.Core, opts...)
+	c, err := core.New(cfg.Core, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}

@@ -40,6 +40,40 @@ func WithClock(now func() int64) Option { return func(s *Server) { s.now = now }
 // caller drives Step itself (tests, the simulator).
 func WithoutControlLoop() Option { return func(s *Server) { s.noRun = true } }
 
+// Route is an extra endpoint mounted by WithRoutes.
+type Route struct {
+	// Pattern is the http.ServeMux pattern, e.g. "/v1/demand/deltas".
+	Pattern string
+	// Name labels the route's narwhal_http_* metrics.
+	Name    string
+	Handler http.Handler
+	// Write puts the bearer token of every write (auth.token) in front.
+	Write bool
+}
+
+// WithRoutes mounts extra endpoints (e.g. the Kubernetes leader's demand
+// deltas). New fails on a pattern that is empty, malformed or taken.
+func WithRoutes(rs ...Route) Option {
+	return func(s *Server) { s.extraRoutes = append(s.extraRoutes, rs...) }
+}
+
+// WithCollectors registers extra metrics on /metrics.
+func WithCollectors(cs ...prometheus.Collector) Option {
+	return func(s *Server) { s.extraCollectors = append(s.extraCollectors, cs...) }
+}
+
+// WithLoop runs run(ctx) beside the control loop while Serve serves; ctx
+// ends after the listeners shut down, and Serve waits for run to return
+// before it closes the core. An error is logged.
+func WithLoop(name string, run func(ctx context.Context) error) Option {
+	return func(s *Server) { s.loops = append(s.loops, namedLoop{name, run}) }
+}
+
+type namedLoop struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
 // Server is the narwhal-core HTTP service around one core.
 type Server struct {
 	cfg      Config
@@ -57,6 +91,10 @@ type Server struct {
 	apiLn, adminLn net.Listener
 
 	serveOnce sync.Once
+
+	extraRoutes     []Route
+	extraCollectors []prometheus.Collector
+	loops           []namedLoop
 }
 
 // New validates nothing beyond what Config.Validate did (call Load or
@@ -116,13 +154,17 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	cs = append(cs, s.metrics.collectors()...)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
+	cs = append(cs, s.extraCollectors...)
 	for _, col := range cs {
 		if err := s.prom.Register(col); err != nil {
 			return nil, fmt.Errorf("service: registering metrics: %w", err)
 		}
 	}
 	s.ingest = newIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
-	s.handler = s.routes()
+	var err error
+	if s.handler, err = s.routes(); err != nil {
+		return nil, err
+	}
 
 	secs := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 	s.api = &http.Server{
@@ -134,7 +176,6 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	var err error
 	if s.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
 	}
@@ -229,6 +270,15 @@ func (s *Server) serve(ctx context.Context) error {
 			}
 		}()
 	}
+	for _, l := range s.loops {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			if err := l.run(loopCtx); err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("loop stopped", "loop", l.name, "err", err)
+			}
+		}()
+	}
 	loops.Add(1)
 	go func() {
 		defer loops.Done()
@@ -275,7 +325,7 @@ func (s *Server) serve(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *Server) routes() http.Handler {
+func (s *Server) routes() (http.Handler, error) {
 	mux := http.NewServeMux()
 	auth := newBearer(s.cfg.Auth.Token)
 	m := s.metrics
@@ -295,7 +345,30 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorReply{"no such endpoint: " + r.URL.Path})
 	}))
-	return mux
+	for _, rt := range s.extraRoutes {
+		h := rt.Handler
+		if rt.Pattern == "" || h == nil {
+			return nil, fmt.Errorf("service: extra route %q needs a pattern and a handler", rt.Name)
+		}
+		if rt.Write {
+			h = auth.wrap(h)
+		}
+		if err := handle(mux, rt.Pattern, m.instrument(rt.Name, h)); err != nil {
+			return nil, err
+		}
+	}
+	return mux, nil
+}
+
+// handle turns ServeMux's panic on a bad or taken pattern into an error.
+func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("service: route %q: %v", pattern, r)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
 }
 
 func getOnly(h http.HandlerFunc) http.Handler {

@@ -9,6 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/narwhal-io/narwhal/service"
 )
 
@@ -31,6 +34,23 @@ func run(args []string) error {
 	logger := service.NewLogger(os.Stderr, cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if cfg.Kubernetes.Enabled {
+		// One of N replicas behind a Lease: the in-cluster client (the
+		// pod's service account), discovery, election, merged demand.
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return fmt.Errorf("kubernetes.enabled: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kubernetes.enabled: %w", err)
+		}
+		srv, _, err := service.NewKubeServer(cfg, client, logger)
+		if err != nil {
+			return err
+		}
+		return srv.Serve(ctx)
+	}
 	c, err := service.NewCore(cfg, logger)
 	if err != nil {
 		return err
