@@ -25,6 +25,11 @@ import (
 // DemandDeltasPath is where the leader accepts the routers' demand deltas.
 const DemandDeltasPath = "/v1/demand/deltas"
 
+// LeaderService is the Service that selects the leader's pod
+// (narwhal.io/leader=true; deploy/k8s-core-deployment.yaml): the default
+// host of kubernetes.demand_url.
+const LeaderService = "narwhal-core-leader"
+
 // KubernetesConfig is the `kubernetes` section: with Enabled, the replica
 // is one of N behind a Lease (see NewKube). The cluster keys (namespace,
 // lease_name, engine_selector, ...) sit inline in the section.
@@ -82,7 +87,7 @@ func (c *Config) demandURL() string {
 	if _, p, err := net.SplitHostPort(c.Listen); err == nil && p != "" && p != "0" {
 		port = p
 	}
-	return fmt.Sprintf("%s://%s.%s.svc:%s%s", scheme, c.Kubernetes.LeaseName, c.Kubernetes.Namespace, port, DemandDeltasPath)
+	return fmt.Sprintf("%s://%s.%s.svc:%s%s", scheme, LeaderService, c.Kubernetes.Namespace, port, DemandDeltasPath)
 }
 
 // Kube is one replica's Kubernetes side: the cluster (discovery,

@@ -10,11 +10,13 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -325,5 +327,42 @@ func TestExtraRouteErrors(t *testing.T) {
 			s.Close()
 			t.Fatalf("route %+v accepted", rt)
 		}
+	}
+}
+
+// TestKubeDeployConfigLoads: the core.yaml of deploy/k8s-core-deployment.yaml
+// loads strictly with the pod's environment, enables the Kubernetes side
+// and builds a replica on a (fake) cluster.
+func TestKubeDeployConfigLoads(t *testing.T) {
+	b, err := os.ReadFile("../deploy/k8s-core-deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n---\n")
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal([]byte(first), &cm); err != nil || cm.Kind != "ConfigMap" || cm.Data["core.yaml"] == "" {
+		t.Fatalf("first document: kind %q, err %v; want the ConfigMap with core.yaml", cm.Kind, err)
+	}
+	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-abc",
+		"NARWHAL_AUTH_TOKEN_FILE": writeFile(t, "token", "x"), "NARWHAL_LISTEN": "127.0.0.1:0"}
+	cfg, err := Load([]string{"--config", writeFile(t, "core.yaml", cm.Data["core.yaml"])}, envOf(env))
+	if err != nil {
+		t.Fatalf("deploy config: %v", err)
+	}
+	k := cfg.Kubernetes
+	if !k.Enabled || k.Namespace != "narwhal" || k.PodName != "narwhal-core-abc" || k.EngineNamespace != "llm" || cfg.Agents.Required {
+		t.Fatalf("deploy config: %+v", k)
+	}
+	cfg.Listen = "127.0.0.1:0"
+	srv, kube, err := NewKubeServer(cfg, fake.NewSimpleClientset(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if kube.DemandURL() != "http://narwhal-core-leader.narwhal.svc:8080/v1/demand/deltas" {
+		t.Fatalf("demand URL %q", kube.DemandURL())
 	}
 }

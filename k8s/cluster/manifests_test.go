@@ -92,7 +92,15 @@ func TestManifestsMatchTheCode(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(cms["narwhal-core-k8s"].Data["core.yaml"]), &file); err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	// The service's kubernetes section: this Config inline plus the
+	// service's own keys (service.KubernetesConfig; its loader is tested
+	// in service/kube_test.go).
+	sec := struct {
+		Enabled    bool    `yaml:"enabled"`
+		Config     Config  `yaml:",inline"`
+		DemandURL  string  `yaml:"demand_url"`
+		ShipEveryS float64 `yaml:"ship_every_s"`
+	}{Config: DefaultConfig()}
 	var section bytes.Buffer
 	enc := yaml.NewEncoder(&section)
 	if err := enc.Encode(&file.Kubernetes); err != nil {
@@ -100,9 +108,14 @@ func TestManifestsMatchTheCode(t *testing.T) {
 	}
 	dec := yaml.NewDecoder(&section)
 	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
+	if err := dec.Decode(&sec); err != nil {
 		t.Fatalf("kubernetes section: %v", err)
 	}
+	if !sec.Enabled || sec.ShipEveryS <= 0 || !strings.HasPrefix(sec.DemandURL, "http://narwhal-core-leader.narwhal.svc:8080/") {
+		t.Fatalf("kubernetes section: enabled %v, ship_every_s %v, demand_url %q; want enabled, shipping to the narwhal-core-leader Service",
+			sec.Enabled, sec.ShipEveryS, sec.DemandURL)
+	}
+	cfg := sec.Config
 	podEnv := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-abc"}
 	cfg = cfg.FromEnv(func(k string) string { return podEnv[k] })
 	if err := cfg.Validate(); err != nil {
