@@ -11,6 +11,7 @@
 //	GET  /metrics           Prometheus: the core's collectors, narwhal_fleet_*, narwhal_http_*, Go and process
 //	GET  /healthz           the process is up
 //	GET  /readyz            fresh agent data, or agents.required=false
+//	POST /v1/demand/deltas  with kubernetes.enabled: routers' demand deltas (bearer token; 409 on a follower)
 //
 // pprof is served only on admin_listen (off by default), never on the API
 // listener.
@@ -73,6 +74,34 @@
 // JSON object per line, reloaded at start so sequence numbers and
 // /v1/decisions continue) and state.json (the controller state, saved
 // after every step and at shutdown, restored at start).
+//
+// # Kubernetes (kubernetes.enabled)
+//
+// With kubernetes.enabled the replica is one of N behind a Lease
+// (NewKubeServer, or NewKube + CoreOptions + Bind; cmd/narwhal-core builds
+// the in-cluster client). The kubernetes section is k8s/cluster.Config
+// inline plus demand_url (default
+// http(s)://narwhal-core-leader.<namespace>.svc:<listen port>/v1/demand/deltas)
+// and ship_every_s (default 2); namespace and pod_name default to
+// POD_NAMESPACE and POD_NAME. The section is validated only when enabled.
+//
+//   - The core is built with the cluster's pod actuator and with
+//     core.WithDemandReaders over a k8s/demandmerge.Store: the controller
+//     steps on the merged arrivals and outputs of every replica. Pending
+//     unsized offers and observed TTFT/TPOT pressure stay the leader's
+//     own; /v1/state shows the replica's own demand.
+//   - Serve does not run the core's control loop; it runs cluster.Run
+//     (discovery from pods, election; the leader restores the state from
+//     the ConfigMap, steps, saves after every decision, drains and
+//     relabels pods) and a loop that ships this replica's own closed
+//     buckets (demandmerge.Exporter over Core.Demand and Core.Attainment)
+//     to demand_url every ship_every_s, with the service's bearer token.
+//   - POST /v1/demand/deltas applies deltas to the store on the leader
+//     and answers 409 on a follower. Metrics add narwhal_leader_*,
+//     narwhal_k8s_* and narwhal_demand_merge_*.
+//   - Static engines (engines:) and data_dir still work, but the engines
+//     normally come from pods and the state from the ConfigMap (the
+//     ConfigMap's state wins when a term starts).
 //
 // # Choices where the spec is silent
 //
