@@ -15,8 +15,20 @@ import (
 	"github.com/narwhal-io/narwhal/service"
 )
 
+// main: with no arguments (or --demo and its flags) it runs the demo, the
+// main job on an embedded default; otherwise the service from its
+// configuration (--config FILE, flags, NARWHAL_* environment).
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	switch {
+	case len(os.Args) == 1:
+		err = demoMain(nil)
+	case os.Args[1] == "--demo" || os.Args[1] == "-demo":
+		err = demoMain(os.Args[2:])
+	default:
+		err = run(os.Args[1:])
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			service.Usage(os.Stdout)
 			return

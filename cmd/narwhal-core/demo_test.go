@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is an io.Writer that the demo and the test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestDemoServesStateWhileDeciding starts the demo main job (the bundled
+// trace through the real core and the real HTTP service), reads /v1/state
+// while the replay runs and sees decisions being made there and on stdout.
+func TestDemoServesStateWhileDeciding(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- runDemo(ctx, []string{"--listen", "127.0.0.1:0", "--pace", "40"}, &stdout, &stderr) }()
+
+	addrRe := regexp.MustCompile(`API on http://(\S+) `)
+	var base string
+	deadline := time.Now().Add(20 * time.Second)
+	for base == "" {
+		if m := addrRe.FindStringSubmatch(stderr.String()); m != nil {
+			base = "http://" + m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before serving: %v\nstderr:\n%s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no API address on stderr after 20 s:\n%s", stderr.String())
+		}
+	}
+
+	type state struct {
+		Engines []struct {
+			ID   string `json:"id"`
+			Role string `json:"role"`
+		} `json:"engines"`
+		DemandHistory struct {
+			Arrivals struct {
+				Observations int64 `json:"observations"`
+			} `json:"arrivals"`
+		} `json:"demand_history"`
+		LatestDecision *struct {
+			Seq   uint64 `json:"seq"`
+			Basis string `json:"decision_basis"`
+		} `json:"latest_decision"`
+	}
+	read := func() state {
+		t.Helper()
+		resp, err := http.Get(base + "/v1/state")
+		if err != nil {
+			t.Fatalf("GET /v1/state: %v", err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /v1/state: status %d", resp.StatusCode)
+		}
+		var st state
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatalf("decode /v1/state: %v", err)
+		}
+		return st
+	}
+	var first uint64
+	var st state
+	for deadline = time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st = read()
+		if st.LatestDecision == nil {
+			continue
+		}
+		if first == 0 {
+			first = st.LatestDecision.Seq
+			continue
+		}
+		if st.LatestDecision.Seq > first+5 {
+			break
+		}
+	}
+	if st.LatestDecision == nil || st.LatestDecision.Seq <= first+5 {
+		t.Fatalf("decisions did not advance in /v1/state: first %d, latest %+v", first, st.LatestDecision)
+	}
+	if len(st.Engines) != 16 {
+		t.Errorf("engines in /v1/state: got %d, want 16", len(st.Engines))
+	}
+	if st.DemandHistory.Arrivals.Observations == 0 {
+		t.Errorf("no arrivals in demand_history while the trace replays")
+	}
+	switch st.LatestDecision.Basis {
+	case "offered_demand", "observed_pressure", "recovery", "no_engines":
+	default:
+		t.Errorf("latest decision basis %q is not one of the documented values", st.LatestDecision.Basis)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo returned %v after cancel", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("demo did not stop after cancel")
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) < int(st.LatestDecision.Seq) {
+		t.Errorf("stdout has %d decision lines, want at least %d (one per decision)", len(lines), st.LatestDecision.Seq)
+	}
+	if !strings.HasPrefix(lines[0], "decision 1 ") {
+		t.Errorf("first stdout line %q, want it to start with \"decision 1 \"", lines[0])
+	}
+}
+
+func TestDemoFlagsRefuseBadValues(t *testing.T) {
+	for _, args := range [][]string{{"--pace", "0"}, {"--pace", "NaN"}, {"--rate-scale", "-1"}, {"--engines", "1"}, {"extra"}, {"--nope"}} {
+		if _, err := parseDemo(args); err == nil {
+			t.Errorf("parseDemo(%q): got nil error, want one", args)
+		}
+	}
+	dc, err := parseDemo(nil)
+	if err != nil || dc.listen != "127.0.0.1:8080" || dc.engines != 16 {
+		t.Fatalf("parseDemo(nil) = %+v, %v; want the documented defaults", dc, err)
+	}
+}
