@@ -28,7 +28,13 @@ import (
 func demoMain(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return runDemo(ctx, args, os.Stdout, os.Stderr)
+	err := runDemo(ctx, args, os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stdout, "usage: narwhal-core [--demo [--listen ADDR] [--pace X] [--rate-scale X] [--engines N]]")
+		fmt.Fprintln(os.Stdout, "       narwhal-core --config FILE [flags]   (the service; --help lists its settings)")
+		return nil
+	}
+	return err
 }
 
 // demoConfig are the demo's few knobs (flags after --demo).
@@ -120,8 +126,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	res, err := sim.Run(ctx, cfg, reqs, sim.WithPace(dc.pace), sim.WithCoreReady(ready),
 		sim.WithDecisionHook(hook), sim.WithProgress(stderr))
+	served := false // Serve's (or New's) result already received
 	select {
-	case e := <-serveErr: // New or Serve failed early
+	case e := <-serveErr: // New or Serve failed early, or ctx ended
+		served = true
 		if e != nil {
 			return fmt.Errorf("demo: service: %w", e)
 		}
@@ -135,7 +143,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	if srv != nil {
+	if srv != nil && !served {
 		stopSrv()
 		if e := <-serveErr; e != nil {
 			return fmt.Errorf("demo: service: %w", e)

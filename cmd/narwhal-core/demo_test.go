@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -125,7 +126,8 @@ func TestDemoServesStateWhileDeciding(t *testing.T) {
 			t.Fatalf("demo returned %v after cancel", err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("demo did not stop after cancel")
+		buf := make([]byte, 1<<20)
+		t.Fatalf("demo did not stop after cancel; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) < int(st.LatestDecision.Seq) {
