@@ -55,10 +55,14 @@ type Config struct {
 	// targets (requests must meet the SLO, not their mean): the M/M/1
 	// waiting-time quantile per engine.
 	LatencyQuantile float64 `json:"latency_quantile" yaml:"latency_quantile"`
-	// ScoreCap caps each phase's pressure in a split's score: a phase
-	// that stays above it in every split is past saving, and moving
-	// engines toward it would only starve the other phase.
+	// ScoreCap: above this pressure a phase enters a split's score
+	// logarithmically (cap·(1+ln(p/cap))), so that a far-over phase still
+	// ranks splits (no ties) while the hysteresis margin becomes relative.
 	ScoreCap float64 `json:"score_cap" yaml:"score_cap"`
+	// MaxMovesPerStep: the most engines one decision moves (all in the
+	// same direction, each through every gate). A large deficit is closed
+	// in one decision instead of one engine per cooldown.
+	MaxMovesPerStep int `json:"max_moves_per_step" yaml:"max_moves_per_step"`
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
 }
@@ -68,8 +72,8 @@ func DefaultConfig() Config {
 	return Config{
 		MinPrefillEngines:   1,
 		MinDecodeEngines:    1,
-		CooldownS:           30,
-		DwellS:              120,
+		CooldownS:           10,
+		DwellS:              60,
 		ConfirmSteps:        3,
 		TargetPressure:      0.8,
 		SourceLimit:         0.6,
@@ -81,7 +85,8 @@ func DefaultConfig() Config {
 		MinObservations:     10,
 		DrainCostWeight:     0.01,
 		LatencyQuantile:     0.5,
-		ScoreCap:            2,
+		ScoreCap:            1,
+		MaxMovesPerStep:     4,
 		JournalRing:         1024,
 	}
 }
@@ -127,6 +132,8 @@ func (c Config) Validate() error {
 		return bad("latency_quantile", c.LatencyQuantile, "in [0, 1)")
 	case !finite(c.ScoreCap) || c.ScoreCap <= c.TargetPressure:
 		return bad("score_cap", c.ScoreCap, fmt.Sprintf("> target_pressure (%v)", c.TargetPressure))
+	case c.MaxMovesPerStep < 1:
+		return bad("max_moves_per_step", c.MaxMovesPerStep, ">= 1")
 	case c.JournalRing < 1:
 		return bad("journal_ring", c.JournalRing, ">= 1")
 	}

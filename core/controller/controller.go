@@ -517,37 +517,82 @@ func (c *Controller) decide(nowNs int64) Decision {
 	c.confirmSeq = d.Seq
 	d.Confirmations = c.confirmCount
 
-	prop := s.Split(dir)
-	pr := prop.rounded()
-	d.Proposed = &pr
+	// How many engines this decision moves: up to the best split's
+	// distance (at most max_moves_per_step), reduced by each gate that
+	// allows fewer; a gate fails when it allows none, and later gates are
+	// then judged for one engine.
+	k := min(abs(best.Moves), c.cfg.MaxMovesPerStep)
+	// More than one engine only when measured latencies confirm the
+	// destination is past its SLO (not a prediction from a few arrivals).
+	dstObs := s.ObservedPrefill
+	if dir < 0 {
+		dstObs = s.ObservedDecode
+	}
+	if dstObs.Count < c.cfg.MinObservations || !(dstObs.Mean > 1) {
+		k = 1
+	}
 	from, to := RoleDecode, RolePrefill
 	srcCount, floor := s.DecodeEngines, c.cfg.MinDecodeEngines
-	srcPressure := prop.DecodePressure
 	movers := s.dm
 	d.Direction = "decode_to_prefill"
 	if dir < 0 {
 		from, to = RolePrefill, RoleDecode
 		srcCount, floor = s.PrefillEngines, c.cfg.MinPrefillEngines
-		srcPressure = prop.PrefillPressure
 		movers = s.pm
 		d.Direction = "prefill_to_decode"
+	}
+	srcP := func(sc SplitScore) float64 {
+		if dir < 0 {
+			return sc.PrefillPressure
+		}
+		return sc.DecodePressure
+	}
+	// largest returns the largest j in [1, k] with ok(Split(dir·j)),
+	// assuming ok is monotone (true up to some j); 0 when none.
+	largest := func(ok func(SplitScore) bool) int {
+		for j := k; j >= 1; j-- {
+			if ok(s.Split(dir * j)) {
+				return j
+			}
+		}
+		return 0
 	}
 	gates := make([]GateResult, 0, len(Gates))
 	gate := func(name string, pass bool, value, limit float64, detail string) {
 		gates = append(gates, GateResult{Gate: name, Pass: pass, Value: roundJ(value), Limit: roundJ(limit), Detail: detail})
 	}
-	gate(GateRoleFloors, srcCount-1 >= floor, float64(srcCount-1), float64(floor), from.String()+" engines after the move")
+	// narrow applies a gate's allowance: k becomes allowed, or 1 when the
+	// gate fails (so later gates are judged alone on one move).
+	narrow := func(allowed int) bool {
+		if allowed < 1 {
+			k = 1
+			return false
+		}
+		k = min(k, allowed)
+		return true
+	}
+	pass := narrow(srcCount - floor)
+	gate(GateRoleFloors, pass, float64(srcCount-k), float64(floor), from.String()+" engines after the move")
 	gate(GateLiveAvailability, s.InTransition == 0 && srcCount > 0, float64(s.InTransition), 0, "engines draining or switching")
-	gate(GateSourcePressure, srcPressure < c.cfg.SourceLimit, srcPressure, c.cfg.SourceLimit, from.String()+" pressure after the move")
+	srcLimit := c.cfg.SourceLimit
+	pass = narrow(largest(func(sc SplitScore) bool { return srcP(sc) < srcLimit }))
+	gate(GateSourcePressure, pass, srcP(s.Split(dir*k)), srcLimit, from.String()+" pressure after the move")
 	var ev *DemandEvidence
 	if dir > 0 {
-		kvOK := prop.KVCapacityTokens == 0 || prop.KVNeedTokens <= c.cfg.KVHeadroom*prop.KVCapacityTokens
-		limit := c.cfg.KVHeadroom * prop.KVCapacityTokens
-		gate(GateKVLimit, kvOK, prop.KVNeedTokens, limit, "decode KV tokens vs headroom × capacity after the move")
+		kvOK := func(sc SplitScore) bool {
+			return sc.KVCapacityTokens == 0 || sc.KVNeedTokens <= c.cfg.KVHeadroom*sc.KVCapacityTokens
+		}
+		pass = narrow(largest(kvOK))
+		prop := s.Split(k)
+		gate(GateKVLimit, pass, prop.KVNeedTokens, c.cfg.KVHeadroom*prop.KVCapacityTokens, "decode KV tokens vs headroom × capacity after the move")
 		ev = c.evidence(nowNs)
-		evOK := ev.Closed && prop.DecodeEngines >= ev.EnvelopeDecodeEngines
-		gate(GateDemandEvidence, evOK, float64(ev.Arrivals), float64(ev.RequiredArrivals), "consolidation evidence closed and envelope kept")
+		pass = ev.Closed && narrow(s.DecodeEngines-ev.EnvelopeDecodeEngines)
+		if !ev.Closed {
+			k = 1
+		}
+		gate(GateDemandEvidence, pass, float64(ev.Arrivals), float64(ev.RequiredArrivals), "consolidation evidence closed and envelope kept")
 	} else {
+		prop := s.Split(-k)
 		gate(GateKVLimit, true, prop.KVNeedTokens, c.cfg.KVHeadroom*prop.KVCapacityTokens, "adds decode capacity")
 		gate(GateDemandEvidence, true, 0, 0, "not a consolidation")
 	}
@@ -557,9 +602,10 @@ func (c *Controller) decide(nowNs int64) Decision {
 		sinceMove = math.Inf(1)
 	}
 	gate(GateCooldown, c.lastMoveNs == 0 || nowNs-c.lastMoveNs >= cooldownNs, sinceMove, c.cfg.CooldownS, "seconds since the last move")
-	// Candidate: cheapest mover passing dwell, then coverage.
+	// Candidates: the cheapest movers passing dwell, then coverage.
 	dwellNs := int64(c.cfg.DwellS * 1e9)
-	cand, dwellAny, coveredAny := -1, false, false
+	var cands []int
+	dwellAny, coveredAny := false, false
 	for _, i := range movers {
 		e := &s.Engines[i]
 		p := &s.Profiles[e.Profile]
@@ -567,13 +613,13 @@ func (c *Controller) decide(nowNs int64) Decision {
 		coveredAny = coveredAny || covered
 		dwelt := e.LastMoveNs == 0 || nowNs-e.LastMoveNs >= dwellNs
 		dwellAny = dwellAny || dwelt
-		if covered && dwelt && cand < 0 {
-			cand = int(i)
+		if covered && dwelt && len(cands) < k {
+			cands = append(cands, int(i))
 		}
 	}
 	gate(GateDwell, dwellAny, 0, c.cfg.DwellS, "a "+from.String()+" engine past its dwell")
 	// Coverage is judged on its own when dwell already blocks.
-	gate(GateProfileCoverage, cand >= 0 || (!dwellAny && coveredAny), 0, 0, "a profile covering "+to.String()+" and the observed shapes")
+	gate(GateProfileCoverage, len(cands) > 0 || (!dwellAny && coveredAny), 0, 0, "a profile covering "+to.String()+" and the observed shapes")
 	gate(GateConfirmation, c.confirmCount >= c.cfg.ConfirmSteps, float64(c.confirmCount), float64(c.cfg.ConfirmSteps), "consecutive steps choosing this move")
 	d.Gates = gates
 	for _, g := range gates {
@@ -582,6 +628,9 @@ func (c *Controller) decide(nowNs int64) Decision {
 			break
 		}
 	}
+	k = max(1, min(k, len(cands)))
+	pr := s.Split(dir * k).rounded()
+	d.Proposed = &pr
 	if ev != nil {
 		ev.BlockedGate = d.Blocked
 		d.DemandEvidence = ev
@@ -592,18 +641,23 @@ func (c *Controller) decide(nowNs int64) Decision {
 		return d
 	}
 	// Move.
-	e := &s.Engines[cand]
-	idx := c.index[e.ID]
-	le := &c.engines[idx]
-	le.State, le.TargetRole, le.LastMoveNs = StateDraining, to, nowNs
 	c.lastMoveNs = nowNs
 	c.confirmDir, c.confirmCount = 0, 0
 	c.addRisk(nowNs, "move")
-	m := Move{EngineID: e.ID, From: from, To: to, DecisionSeq: d.Seq, AtNs: nowNs}
-	d.Moves = []Move{m}
+	d.Moves = make([]Move, 0, k)
+	for _, ci := range cands[:k] {
+		e := &s.Engines[ci]
+		le := &c.engines[c.index[e.ID]]
+		le.State, le.TargetRole, le.LastMoveNs = StateDraining, to, nowNs
+		d.Moves = append(d.Moves, Move{EngineID: e.ID, From: from, To: to, DecisionSeq: d.Seq, AtNs: nowNs})
+		c.moves.Add(1)
+	}
 	d.Action = ActionMove
-	d.Reason = "moving " + e.ID + " from " + from.String() + " to " + to.String()
-	c.moves.Add(1)
+	d.Reason = "moving " + d.Moves[0].EngineID
+	if k > 1 {
+		d.Reason += fmt.Sprintf(" and %d more", k-1)
+	}
+	d.Reason += " from " + from.String() + " to " + to.String()
 	c.publish()
 	return d
 }

@@ -414,37 +414,80 @@ func TestDemandEvidence(t *testing.T) {
 	_ = math.Inf
 }
 
-// TestScoreCapHoldsWhenPastSaving: when the prefill phase stays above
-// score_cap whatever the split, the controller does not drain decode for
-// it; with a cap out of reach it would.
-func TestScoreCapHoldsWhenPastSaving(t *testing.T) {
+// TestFarOverPhaseStillRanksSplits: a phase far past its SLO in every
+// split (a deep prefill backlog, or offered load beyond any split's
+// capacity) still ranks the splits by how much of the deficit they
+// remove: no tie at a cap, no tie at saturation, so the controller moves
+// toward it while the donor keeps source_limit of headroom.
+func TestFarOverPhaseStillRanksSplits(t *testing.T) {
 	// 10 s of prefill queued on every prefill engine: TTFT stays past
-	// 2× the SLO with any number of prefill engines (finite, though).
+	// 2× the SLO with any number of prefill engines.
 	in := Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}}
-	backlog := func(c *Controller) {
-		for _, e := range c.Engines() {
-			if e.Role == RolePrefill {
-				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 10}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
+	c := newTestController(t, testConfig(), 4, 4)
+	for _, e := range c.Engines() {
+		if e.Role == RolePrefill {
+			if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 10}, 66144, true); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
-	c := newTestController(t, testConfig(), 4, 4)
-	backlog(c)
 	s := c.Snapshot(t0, in)
-	if p := s.Split(s.MaxMoves() - 1).PrefillPressure; !(p > 2) || math.IsInf(p, 1) {
-		t.Fatalf("setup: prefill pressure with 7 prefill engines %v; want finite > 2", p)
+	for j := 0; j < s.MaxMoves()-1; j++ { // the last split has no decode engine
+		a, b := s.Split(j), s.Split(j+1)
+		if !(a.PrefillPressure > 2) || math.IsInf(a.PrefillPressure, 1) || !(b.Score < a.Score) {
+			t.Fatalf("split %d→%d: prefill %v→%v score %v→%v; want finite > 2 and a strictly better score with more prefill", j, j+1, a.PrefillPressure, b.PrefillPressure, a.Score, b.Score)
+		}
 	}
-	if d := c.Step(t0, in); d.Action != ActionHold {
-		t.Fatalf("past saving: got %s %q (%s); want hold", d.Action, d.Blocked, d.Reason)
+	if d := c.Step(t0, in); d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RolePrefill {
+		t.Fatalf("past 2× the SLO: got %s %q (%s); want one decode->prefill move", d.Action, d.Blocked, d.Reason)
 	}
+	// Offered prefill beyond every split's capacity: finite, ordered.
+	sat := newTestController(t, testConfig(), 4, 4).Snapshot(t0, Inputs{Arrivals: steady(2048, 16, 400), Outputs: &fakeHistory{}})
+	for j := 0; j < sat.MaxMoves()-1; j++ {
+		a, b := sat.Split(j), sat.Split(j+1)
+		if math.IsInf(a.PrefillPressure, 1) || !(a.PrefillPressure > 2) || !(b.PrefillPressure < a.PrefillPressure) {
+			t.Fatalf("saturated split %d→%d: prefill %v→%v; want finite past 2, strictly decreasing", j, j+1, a.PrefillPressure, b.PrefillPressure)
+		}
+	}
+}
+
+// TestLargeDeficitMovesSeveral: with measured latencies confirming the
+// destination is past its SLO, one decision moves up to
+// max_moves_per_step engines toward the best split; without that
+// confirmation (a prediction alone) it moves one.
+func TestLargeDeficitMovesSeveral(t *testing.T) {
+	in := Inputs{Arrivals: steady(1024, 16, 60), Outputs: &fakeHistory{}} // prefill needs most engines
 	cfg := testConfig()
-	cfg.ScoreCap, cfg.SourceLimit = 1e9, 0.9
-	c = newTestController(t, cfg, 4, 4)
-	backlog(c)
-	if d := c.Step(t0, in); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
-		t.Fatalf("without the cap: got %s %q; want a decode->prefill move", d.Action, d.Blocked)
+	cfg.MinEvidenceArrivals = 10
+	c := newTestController(t, cfg, 2, 6)
+	best, _ := c.Snapshot(t0, in).Best()
+	if best.Moves < 3 {
+		t.Fatalf("setup: best split %d moves; want >= 3", best.Moves)
+	}
+	if d := c.Step(t0, in); d.Action != ActionMove || len(d.Moves) != 1 {
+		t.Fatalf("unconfirmed deficit: got %s %d moves (%s); want 1 move", d.Action, len(d.Moves), d.Reason)
+	}
+	in.ObservedPrefill = PhaseObservation{Count: 100, Mean: 3, Max: 5}
+	c = newTestController(t, cfg, 2, 6)
+	d := c.Step(t0, in)
+	want := min(best.Moves, cfg.MaxMovesPerStep)
+	if d.Action != ActionMove || len(d.Moves) != want || d.Proposed == nil || d.Proposed.Moves != want {
+		t.Fatalf("confirmed deficit: got %s %d moves (%s); want %d", d.Action, len(d.Moves), d.Reason, want)
+	}
+	seen := map[string]bool{}
+	for _, m := range d.Moves {
+		if m.From != RoleDecode || m.To != RolePrefill || seen[m.EngineID] {
+			t.Fatalf("bad move set %+v", d.Moves)
+		}
+		seen[m.EngineID] = true
+	}
+	if got := len(c.Roles().Decode); got != 6-want {
+		t.Fatalf("decode engines serving after the move: %d; want %d", got, 6-want)
+	}
+	cfg.MaxMovesPerStep = 1
+	c = newTestController(t, cfg, 2, 6)
+	if d := c.Step(t0, in); len(d.Moves) != 1 {
+		t.Fatalf("max_moves_per_step 1: got %d moves", len(d.Moves))
 	}
 }
 

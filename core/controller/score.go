@@ -101,13 +101,39 @@ func (s *Snapshot) Split(j int) SplitScore {
 	} else if nD == 0 && sc.KVNeedTokens > 0 {
 		sc.DecodePressure = math.Inf(1)
 	}
-	// The score caps each pressure: beyond score_cap a phase misses its
-	// SLO for nearly every request whatever the split, so chasing it only
-	// starves the other phase.
+	// The score ranks splits by the worse phase, then the other phase,
+	// then drain cost. Pressures above score_cap grow logarithmically in
+	// the score (level), so that the hysteresis margin is relative there
+	// and no phase past saving ties every split.
 	scoreCap := s.Config.ScoreCap
-	sc.Score = max(min(sc.PrefillPressure, scoreCap), min(sc.DecodePressure, scoreCap)) + s.Config.DrainCostWeight*sc.DrainS
+	worst, other := sc.PrefillPressure, sc.DecodePressure
+	if other > worst {
+		worst, other = other, worst
+	}
+	sc.Score = level(worst, scoreCap) + tieWeight*level(other, scoreCap) + s.Config.DrainCostWeight*sc.DrainS
 	return sc
 }
+
+// tieWeight weighs the better phase in a split's score: it only breaks
+// ties of the worse phase.
+const tieWeight = 0.01
+
+// level is a pressure as it enters a score: itself up to capP, then
+// capP·(1 + ln(x/capP)) (continuous, strictly increasing, finite for
+// finite x).
+func level(x, capP float64) float64 {
+	if x <= capP {
+		return x
+	}
+	return capP * (1 + math.Log(x/capP))
+}
+
+// rhoSat is the utilization where the queueing formulas stop: beyond it
+// a pool is saturated, and its latency is extrapolated linearly in the
+// excess load over the horizon (work piles up at (ρ − 1) seconds per
+// second per engine), so that saturated splits are still ranked by how
+// much of the deficit they remove instead of all being infinite.
+const rhoSat = 0.99
 
 // scaleObserved scales an observed pressure measured with n0 engines to n
 // engines. With no engine now, the observation stands for one engine (and
@@ -144,8 +170,9 @@ func (s *Snapshot) prefillPressure(h *HorizonDemand, n int, muSum, backlogS floa
 			return math.Inf(1)
 		}
 		rho := h.RatePerS / muSum
-		if rho >= 1 {
-			return math.Inf(1)
+		excess := 0.0
+		if rho > rhoSat {
+			rho, excess = rhoSat, rho-rhoSat
 		}
 		sv := float64(n) / muSum
 		ttft += sv * s.feasibleRatio[hIndex(s, h)]
@@ -155,6 +182,7 @@ func (s *Snapshot) prefillPressure(h *HorizonDemand, n int, muSum, backlogS floa
 		if q := s.Config.LatencyQuantile; rho > 1-q {
 			ttft += sv / (1 - rho) * math.Log(rho/(1-q))
 		}
+		ttft += excess * max(h.SpanS, 1)
 	}
 	return ttft / s.Timing.TTFTSLOS
 }
@@ -179,10 +207,11 @@ func (s *Snapshot) decodePressure(h *HorizonDemand, n int, capSum, aSum float64)
 		return 0, 0
 	}
 	rho := r / capSum
-	if rho >= 1 {
-		return math.Inf(1), math.Inf(1)
+	excess := 0.0
+	if rho > rhoSat {
+		rho, excess = rhoSat, rho-rhoSat
 	}
-	tpot := aSum / float64(n) / (1 - rho) * s.DecodeCorrection
+	tpot := aSum / float64(n) / (1 - rho) * s.DecodeCorrection * (1 + excess*max(h.SpanS, 1))
 	return tpot / s.Timing.TPOTSLOS, r * tpot * h.DecodeCtx
 }
 

@@ -102,6 +102,7 @@ func TestLeaderDecidesAndActuatesPods(t *testing.T) {
 	}
 	cfg := controller.DefaultConfig()
 	cfg.ConfirmSteps, cfg.CooldownS, cfg.DwellS = 1, 600, 0
+	cfg.MaxMovesPerStep = 1 // the test counts single moves; a confirmed deficit may otherwise move several at once
 	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
 	ctl, err := controller.New(cfg, tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
 	if err != nil {

@@ -46,6 +46,7 @@ func newReplica(t *testing.T) *controller.Controller {
 	t.Helper()
 	cfg := controller.DefaultConfig()
 	cfg.ConfirmSteps, cfg.CooldownS, cfg.DwellS = 1, cooldownS, 0
+	cfg.MaxMovesPerStep = 1 // the test counts single moves; a confirmed deficit may otherwise move several at once
 	tm := controller.Timing{StepNs: 1e9, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
 	c, err := controller.New(cfg, tm, nil, controller.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
