@@ -100,7 +100,12 @@ func TestStreamerReconnectsInOrderWithHello(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
-	waitFor(t, "delivery after 3 failures", func() bool { return len(rec.kinds()) >= 4 })
+	// Wait for the acknowledgement too, not only for the server to record the
+	// batch: cancelling between the two fails the post in flight.
+	waitFor(t, "delivery after 3 failures", func() bool {
+		st := s.Status()
+		return len(rec.kinds()) >= 4 && st.Queued == 0 && st.LastAckNs != 0
+	})
 	cancel()
 	<-done
 	rec.mu.Lock()
