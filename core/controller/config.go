@@ -22,6 +22,10 @@ type Config struct {
 	DwellS float64 `json:"dwell_s" yaml:"dwell_s"`
 	// ConfirmSteps: consecutive steps a move must be chosen before it is made.
 	ConfirmSteps int `json:"confirm_steps" yaml:"confirm_steps"`
+	// ReversalConfirmSteps: consecutive steps a move must be chosen when
+	// it reverses the direction of the last move (a reversal means the
+	// last move answered a transient; it must prove itself longer).
+	ReversalConfirmSteps int `json:"reversal_confirm_steps" yaml:"reversal_confirm_steps"`
 	// TargetPressure: a phase whose pressure (predicted latency / SLO) is
 	// at or under this needs no relief; the controller moves only when the
 	// current split's worse phase is above it.
@@ -70,24 +74,25 @@ type Config struct {
 // DefaultConfig returns the defaults documented in doc.go.
 func DefaultConfig() Config {
 	return Config{
-		MinPrefillEngines:   1,
-		MinDecodeEngines:    1,
-		CooldownS:           10,
-		DwellS:              60,
-		ConfirmSteps:        3,
-		TargetPressure:      0.8,
-		SourceLimit:         0.6,
-		HysteresisMargin:    0.1,
-		KVHeadroom:          0.9,
-		MinEvidenceArrivals: 20,
-		PendingTolerance:    0,
-		DefaultOutputTokens: 256,
-		MinObservations:     10,
-		DrainCostWeight:     0.01,
-		LatencyQuantile:     0.5,
-		ScoreCap:            1,
-		MaxMovesPerStep:     4,
-		JournalRing:         1024,
+		MinPrefillEngines:    1,
+		MinDecodeEngines:     1,
+		CooldownS:            10,
+		DwellS:               60,
+		ConfirmSteps:         3,
+		ReversalConfirmSteps: 5,
+		TargetPressure:       0.8,
+		SourceLimit:          0.6,
+		HysteresisMargin:     0.1,
+		KVHeadroom:           0.9,
+		MinEvidenceArrivals:  20,
+		PendingTolerance:     0,
+		DefaultOutputTokens:  256,
+		MinObservations:      10,
+		DrainCostWeight:      0.01,
+		LatencyQuantile:      0.5,
+		ScoreCap:             1,
+		MaxMovesPerStep:      4,
+		JournalRing:          1024,
 	}
 }
 
@@ -110,6 +115,8 @@ func (c Config) Validate() error {
 		return bad("dwell_s", c.DwellS, ">= 0")
 	case c.ConfirmSteps < 1:
 		return bad("confirm_steps", c.ConfirmSteps, ">= 1")
+	case c.ReversalConfirmSteps < 0:
+		return bad("reversal_confirm_steps", c.ReversalConfirmSteps, ">= 0")
 	case !finite(c.TargetPressure) || c.TargetPressure <= 0:
 		return bad("target_pressure", c.TargetPressure, "> 0")
 	case !finite(c.SourceLimit) || c.SourceLimit <= 0:

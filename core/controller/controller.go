@@ -66,6 +66,7 @@ type Controller struct {
 
 	seq          uint64
 	lastMoveNs   int64
+	lastMoveDir  int
 	confirmDir   int
 	confirmCount int
 	confirmSeq   uint64
@@ -620,7 +621,11 @@ func (c *Controller) decide(nowNs int64) Decision {
 	gate(GateDwell, dwellAny, 0, c.cfg.DwellS, "a "+from.String()+" engine past its dwell")
 	// Coverage is judged on its own when dwell already blocks.
 	gate(GateProfileCoverage, len(cands) > 0 || (!dwellAny && coveredAny), 0, 0, "a profile covering "+to.String()+" and the observed shapes")
-	gate(GateConfirmation, c.confirmCount >= c.cfg.ConfirmSteps, float64(c.confirmCount), float64(c.cfg.ConfirmSteps), "consecutive steps choosing this move")
+	needConfirm, confirmDetail := c.cfg.ConfirmSteps, "consecutive steps choosing this move"
+	if dir == -c.lastMoveDir {
+		needConfirm, confirmDetail = max(needConfirm, c.cfg.ReversalConfirmSteps), "consecutive steps choosing this move (it reverses the last move)"
+	}
+	gate(GateConfirmation, c.confirmCount >= needConfirm, float64(c.confirmCount), float64(needConfirm), confirmDetail)
 	d.Gates = gates
 	for _, g := range gates {
 		if !g.Pass {
@@ -641,7 +646,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		return d
 	}
 	// Move.
-	c.lastMoveNs = nowNs
+	c.lastMoveNs, c.lastMoveDir = nowNs, dir
 	c.confirmDir, c.confirmCount = 0, 0
 	c.addRisk(nowNs, "move")
 	d.Moves = make([]Move, 0, k)

@@ -133,3 +133,53 @@ func TestEachGateBlocksAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestReversalNeedsMoreConfirmations: a move that reverses the last
+// move's direction is confirmed over reversal_confirm_steps steps, the
+// same direction over confirm_steps; the last direction survives a
+// restart.
+func TestReversalNeedsMoreConfirmations(t *testing.T) {
+	cfg := testConfig()
+	cfg.ConfirmSteps, cfg.ReversalConfirmSteps = 1, 4
+	c := newTestController(t, cfg, 4, 4)
+	if d := c.Step(t0, d2pInputs()); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
+		t.Fatalf("first move: got %s %q", d.Action, d.Blocked)
+	}
+	st := c.State()
+	if st.LastMoveDir != 1 {
+		t.Fatalf("saved last_move_dir %d; want 1", st.LastMoveDir)
+	}
+	decodeHeavy := Inputs{Arrivals: steady(256, 512, 15), Outputs: &fakeHistory{}}
+	run := func(c *Controller, from int64) int {
+		t.Helper()
+		for i := 1; i <= 10; i++ {
+			d := c.Step(from+int64(i)*sec, decodeHeavy)
+			if d.Action == ActionMove {
+				if d.Moves[0].To != RoleDecode {
+					t.Fatalf("wrong direction %+v", d.Moves[0])
+				}
+				return i
+			}
+			if d.Action == ActionBlocked && d.Blocked != GateConfirmation {
+				t.Fatalf("step %d blocked by %s; want only confirmation", i, d.Blocked)
+			}
+		}
+		return 0
+	}
+	if got := run(c, t0); got != 4 {
+		t.Fatalf("reversal moved on step %d; want 4", got)
+	}
+	// Restart from the saved state (taken after the first move).
+	c2 := newTestController(t, cfg, 0, 0)
+	if err := c2.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	addEngines(t, c2, 5, 3)
+	if got := run(c2, t0); got != 4 {
+		t.Fatalf("after restart the reversal moved on step %d; want 4", got)
+	}
+	// Same direction again: confirm_steps (1) suffices.
+	if got := run(c2, t0+100*sec); got != 1 {
+		t.Fatalf("a repeated direction moved on step %d; want 1", got)
+	}
+}

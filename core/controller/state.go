@@ -27,12 +27,15 @@ type PersistedConfirm struct {
 // PersistedState is what survives a restart: roles, last move times,
 // pending confirmations, risk events and the journal sequence.
 type PersistedState struct {
-	Version    int               `json:"version"`
-	Seq        uint64            `json:"seq"`
-	LastMoveNs int64             `json:"last_move_ns"`
-	Confirm    PersistedConfirm  `json:"confirm"`
-	Engines    []PersistedEngine `json:"engines"`
-	Risks      []riskEvent       `json:"risks"`
+	Version    int              `json:"version"`
+	Seq        uint64           `json:"seq"`
+	LastMoveNs int64            `json:"last_move_ns"`
+	Confirm    PersistedConfirm `json:"confirm"`
+	// LastMoveDir: direction of the last move (1 decode to prefill, -1
+	// prefill to decode, 0 none); reversing it needs more confirmations.
+	LastMoveDir int               `json:"last_move_dir,omitempty"`
+	Engines     []PersistedEngine `json:"engines"`
+	Risks       []riskEvent       `json:"risks"`
 	// OutputsOverflowUntilNs: learned output discounts stay off until then.
 	OutputsOverflowUntilNs int64 `json:"outputs_overflow_until_ns"`
 }
@@ -45,7 +48,7 @@ const stateVersion = 1
 func (c *Controller) State() PersistedState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := PersistedState{Version: stateVersion, Seq: c.seq, LastMoveNs: c.lastMoveNs,
+	st := PersistedState{Version: stateVersion, Seq: c.seq, LastMoveNs: c.lastMoveNs, LastMoveDir: c.lastMoveDir,
 		Confirm: PersistedConfirm{Dir: c.confirmDir, Count: c.confirmCount, Seq: c.confirmSeq},
 		Risks:   slices.Clone(c.risks), OutputsOverflowUntilNs: c.outOverflowUntil}
 	for i := range c.engines {
@@ -73,6 +76,9 @@ func (c *Controller) Restore(st PersistedState) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq = max(c.seq, st.Seq)
+	if st.LastMoveNs >= c.lastMoveNs && st.LastMoveDir >= -1 && st.LastMoveDir <= 1 {
+		c.lastMoveDir = st.LastMoveDir
+	}
 	c.lastMoveNs = max(c.lastMoveNs, st.LastMoveNs)
 	c.confirmDir, c.confirmCount, c.confirmSeq = st.Confirm.Dir, st.Confirm.Count, st.Confirm.Seq
 	c.outOverflowUntil = max(c.outOverflowUntil, st.OutputsOverflowUntilNs)
