@@ -44,23 +44,31 @@
 // need / physical KV capacity. Each phase takes the worse of the two
 // horizons, and never less than its observed pressure scaled by engine
 // counts (n0/n) once min_observations latencies were seen: reality wins
-// when it is worse than the model. A split's score is max(min(prefill,
-// score_cap), min(decode, score_cap)) + drain_cost_weight × seconds of
-// resident work the moving engines must drain: a phase past score_cap
-// (default 2) in every split is past saving, and chasing it would only
-// starve the other phase. Movers are taken in order of drain cost (then
-// id), so every split is O(1) from prefix sums: no per-split allocation.
-// Full precision is carried through scoring and gates; the journal and
-// state hold values rounded to 6 decimals (roundJ).
+// when it is worse than the model. The queueing formulas stop at
+// utilization 0.99: past it a pool is saturated and its latency grows
+// linearly with the excess load over the horizon's span, so saturated
+// splits stay finite and ordered by how much of the deficit they remove.
+// A split's score ranks it by its worse phase, then its other phase, then
+// drain cost: level(worse) + 0.01·level(other) + drain_cost_weight ×
+// seconds of resident work the moving engines must drain, where
+// level(p) = p up to score_cap and score_cap·(1 + ln(p/score_cap))
+// beyond (continuous and increasing, so a phase far past its SLO still
+// ranks splits, and the hysteresis margin is relative there). Movers are
+// taken in order of drain cost (then id), so every split is O(1) from
+// prefix sums: no per-split allocation. Full precision is carried through
+// scoring and gates; the journal and state hold values rounded to 6
+// decimals (roundJ).
 //
-// Defaults (latency_quantile 0.5, source_limit 0.6, score_cap 2, target
-// 0.8, hysteresis 0.1, confirm 3, cooldown 30 s, dwell 120 s) were chosen
-// on the simulator (sim/: 16 OPT-66B TP8 engines; Azure conv+code at 2×,
-// 4×, 6×, 8× rate; Mooncake conversation at 0.1×–0.3×): SLO attainment
-// 83.6/79.1/71.2/49.2% against 84.8/77.0/69.2/46.7% for the best static
-// split in hindsight and 84.3/79.9/72.8/22.5% for the threshold policy
-// on Azure; 29.2/28.8/27.8% against 29.3/29.0/28.6% (static) and
-// 29.3/26.4/19.0% (threshold) on Mooncake, with 6–20 moves.
+// Defaults (latency_quantile 0.5, source_limit 0.6, score_cap 1, target
+// 0.8, hysteresis 0.1, confirm 3, reversal confirm 5, cooldown 10 s,
+// dwell 60 s, max_moves_per_step 4) were chosen on the simulator (sim/:
+// 16 OPT-66B TP8 engines, 1 s step; Azure code, Azure conv, Mooncake
+// conversation and their concatenation, each at the rate scale of
+// benchmarks/slo and at 0.8× and 1.2× of it, seeds 1 and 2). The results
+// against the best static split and a threshold planner are in
+// benchmarks/slo/README.md. An earlier score capped each phase at 2 and
+// saturated pools at +Inf: once a phase was past the cap in every split
+// all splits tied and the controller held while that phase drowned.
 //
 // The decode correction is observed TPOT / modelled TPOT at the decode
 // engines' current residency (clamped to [0.5, 2]), used once at least
@@ -89,27 +97,37 @@
 //
 // # Deciding and gates
 //
-// The controller proposes one move toward the best split only when the
+// The controller proposes a move toward the best split only when the
 // best split is not the current one, the current split's worse phase is
 // above target_pressure, and the best score beats the current one by more
-// than hysteresis_margin. The proposal then passes, in order, role_floors,
-// live_availability (no engine draining or switching), source_pressure
-// (the source role's pressure after the move < source_limit; stricter
-// than target_pressure so that a donor keeps headroom for growth),
-// kv_limit (decode to prefill: KV need <= kv_headroom × remaining
-// capacity; unknown capacity is not judged), demand_evidence (decode to
-// prefill: evidence closed and the envelope of needed decode engines
-// kept), cooldown (since the last move anywhere), dwell (a candidate past
-// its own dwell), profile_coverage (a candidate whose own profile covers
-// the destination role and the observed shapes; engines without a profile
-// are scored with the default profile and never moved) and confirmation
-// (the same direction chosen on confirm_steps consecutive steps; any hold
-// resets it). All gates are evaluated and journalled; the first failing
-// one is blocked_gate.
+// than hysteresis_margin. A proposal moves k engines: the distance to the
+// best split, at most max_moves_per_step, and only one unless measured
+// latencies confirm the destination phase is past its SLO (observed ratio
+// > 1 over min_observations): a prediction from a few arrivals moves one
+// engine at a time, a confirmed large deficit is closed in one decision
+// instead of one engine per cooldown. The proposal then passes, in order,
+// role_floors, live_availability (no engine draining or switching),
+// source_pressure (the source role's pressure after the move <
+// source_limit; stricter than target_pressure so that a donor keeps
+// headroom for growth), kv_limit (decode to prefill: KV need <=
+// kv_headroom × remaining capacity; unknown capacity is not judged),
+// demand_evidence (decode to prefill: evidence closed and the envelope of
+// needed decode engines kept), cooldown (since the last move anywhere),
+// dwell (candidates past their own dwell), profile_coverage (candidates
+// whose own profile covers the destination role and the observed shapes;
+// engines without a profile are scored with the default profile and never
+// moved) and confirmation (the same direction chosen on confirm_steps
+// consecutive steps, reversal_confirm_steps when the move reverses the
+// direction of the last move; any hold resets it). Role floors, source
+// pressure, KV limit, demand evidence and the candidates found each may
+// lower k; a gate fails when it allows no engine, and the gates after it
+// are then judged for one. All gates are evaluated and journalled; the
+// first failing one is blocked_gate; the journal's proposed split is the
+// one the decision moves to.
 //
 // # Consolidation evidence
 //
-// Risk events: a move, or a step whose decode is breaching (observed TPOT
+// Risk events: a move (one per decision, whatever k), or a step whose decode is breaching (observed TPOT
 // ratio > 1 with enough observations, or predicted decode pressure > 1).
 // The evidence cutoff is the latest risk within the demand window (else
 // now − window); evidence counts arrivals only in buckets wholly after the
@@ -129,11 +147,14 @@
 // with fewer engines. PersistedState (roles, last move times, pending
 // confirmation, risk events, sequence) is written atomically by SaveState
 // (temp file, fsync, rename); an engine mid-move is saved in its target
-// role.
+// role. The direction of the last move is saved with it
+// (last_move_dir), so a restart keeps the stricter confirmation of a
+// reversal.
 //
 // # Concurrency and allocation
 //
 // All methods are safe for concurrent use; one mutex guards the engine
 // table and steps, Roles takes none. Step reuses its snapshot buffers; it
-// allocates the Decision's gate list and small slices only.
+// allocates the Decision's gate list and small slices (candidates,
+// moves) only.
 package controller
