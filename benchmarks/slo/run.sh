@@ -18,8 +18,8 @@ for row in CODE CONV MOON CAT; do
     $SIM $args --policy $p | tr -d '\n'
     printf '}\n'
   done
-  # sensitivity: the same core with a 5 s cooldown and 30 s dwell
-  printf '{"row":"%s","variant":"fast","result":' "$row"
-  $SIM $args --policy narwhal --core-config benchmarks/slo/fast-controller.json | tr -d '\n'
+  # sensitivity: the same core moving one engine per decision
+  printf '{"row":"%s","variant":"one_move","result":' "$row"
+  $SIM $args --policy narwhal --core-config benchmarks/slo/one-move.json | tr -d '\n'
   printf '}\n'
 done
