@@ -381,11 +381,13 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	if in.Arrivals != nil && s.EvidenceCutoffNs < nowNs {
 		s.Evidence = in.Arrivals.Evidence(s.EvidenceCutoffNs, nowNs)
 	}
-	// Decode correction: observed TPOT over the model's TPOT at the
-	// current residency of the decode engines.
-	s.DecodeCorrection = 1
+	// Decode corrections at the current residency of the decode engines:
+	// observed TPOT over the modelled step (DecodeCorrection), and the
+	// observed over the modelled per-sequence part of the step
+	// (DecodeLoadCorrection, once the engines hold min_load_seqs each).
+	s.DecodeCorrection, s.DecodeLoadCorrection = 1, 1
 	if in.ObservedDecode.Count >= c.cfg.MinObservations && in.ObservedDecode.Mean > 0 {
-		var sum float64
+		var sum, sumA, seqs float64
 		var n int
 		for i := range s.Engines {
 			e := &s.Engines[i]
@@ -393,16 +395,28 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 				p := &s.Profiles[e.Profile]
 				if p.HasDecode {
 					sum += p.Decode.StepSeconds(float64(e.Resident.DecodeSeqs), float64(e.Resident.KVTokens))
+					sumA += p.Decode.A
+					seqs += float64(e.Resident.DecodeSeqs)
 					n++
 				}
 			}
 		}
+		obs := in.ObservedDecode.Mean * c.tm.TPOTSLOS
 		if n > 0 && sum > 0 {
-			s.DecodeCorrection = max(0.5, min(2, in.ObservedDecode.Mean*c.tm.TPOTSLOS/(sum/float64(n))))
+			s.DecodeCorrection = max(0.5, min(2, obs/(sum/float64(n))))
+		}
+		if n > 0 && seqs/float64(n) >= minLoadSeqs && sum > sumA {
+			s.DecodeLoadCorrection = max(0.5, min(2, (obs-sumA/float64(n))/((sum-sumA)/float64(n))))
+			s.DecodeCorrection = 1
 		}
 	}
 	s.prepare()
 }
+
+// minLoadSeqs: resident sequences per decode engine needed before the
+// per-sequence cost is calibrated from observed TPOT (below it the fixed
+// step cost dominates and the estimate is noise).
+const minLoadSeqs = 16
 
 // Step runs one controller step at nowNs: freeze, score, gate, decide,
 // journal; a move is handed to the actuator after the lock is released.
@@ -452,7 +466,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		Engines: len(s.Engines), PrefillEngines: s.PrefillEngines, DecodeEngines: s.DecodeEngines,
 		InTransition: s.InTransition, PendingUnsized: s.PendingUnsized, Incomplete: s.Incomplete,
 		IncompleteReason: s.IncompleteReason, Short: s.Short.rounded(), Long: s.Long.rounded(),
-		Outputs: s.Out, DecodeCorrection: roundJ(s.DecodeCorrection),
+		Outputs: s.Out, DecodeCorrection: roundJ(s.DecodeCorrection), DecodeLoadCorrection: roundJ(s.DecodeLoadCorrection),
 		ObservedPrefill: s.ObservedPrefill.rounded(), ObservedDecode: s.ObservedDecode.rounded(),
 		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), EstimateBuild: s.EstimateBuild,
 	}

@@ -507,3 +507,43 @@ func TestInfeasibleRequestsDoNotDriveTTFT(t *testing.T) {
 		t.Fatalf("prefill pressure %v should be near the feasible requests' own %v, not the 4000-token prompts'", got, own)
 	}
 }
+
+// TestDecodeLoadCorrection: with enough resident sequences per decode
+// engine, observed TPOT calibrates the per-sequence part of the decode
+// step (exact numbers), and the plain TPOT multiplier stays 1; with few
+// sequences the multiplier applies as before.
+func TestDecodeLoadCorrection(t *testing.T) {
+	in := Inputs{Arrivals: steady(256, 512, 5), Outputs: &fakeHistory{}, ObservedDecode: PhaseObservation{Count: 50, Mean: 0.4, Max: 0.5}}
+	setup := func(seqs int64) (*Controller, *Profile) {
+		c := newTestController(t, testConfig(), 4, 4)
+		for _, e := range c.Engines() {
+			if e.Role == RoleDecode {
+				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: seqs, KVTokens: seqs * 600}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ps := BuiltinProfiles()
+		i, ok := ps.Lookup("facebook/opt-13b", "A100-80GB")
+		if !ok {
+			t.Fatal("no opt-13b profile")
+		}
+		return c, &ps.Profiles[i]
+	}
+	c, p := setup(32)
+	s := c.Snapshot(t0, in)
+	step := p.Decode.StepSeconds(32, 32*600)
+	want := max(0.5, min(2, (0.4*0.1-p.Decode.A)/(step-p.Decode.A)))
+	if math.Abs(s.DecodeLoadCorrection-want) > 1e-12 || s.DecodeCorrection != 1 {
+		t.Fatalf("load correction %v (multiplier %v); want %v (1)", s.DecodeLoadCorrection, s.DecodeCorrection, want)
+	}
+	if want == 0.5 || want == 2 {
+		t.Fatalf("setup: correction %v sits on a clamp; the test would not check the formula", want)
+	}
+	c, p = setup(4)
+	s = c.Snapshot(t0, in)
+	want = max(0.5, min(2, 0.4*0.1/p.Decode.StepSeconds(4, 4*600)))
+	if s.DecodeLoadCorrection != 1 || math.Abs(s.DecodeCorrection-want) > 1e-12 {
+		t.Fatalf("few sequences: load correction %v, multiplier %v; want 1, %v", s.DecodeLoadCorrection, s.DecodeCorrection, want)
+	}
+}

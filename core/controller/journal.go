@@ -64,21 +64,22 @@ type DemandEvidence struct {
 
 // SnapshotSummary is the journal's view of the frozen snapshot (rounded).
 type SnapshotSummary struct {
-	Engines          int              `json:"engines"`
-	PrefillEngines   int              `json:"prefill_engines"`
-	DecodeEngines    int              `json:"decode_engines"`
-	InTransition     int              `json:"in_transition"`
-	PendingUnsized   int64            `json:"pending_unsized"`
-	Incomplete       bool             `json:"incomplete"`
-	IncompleteReason string           `json:"incomplete_reason,omitempty"`
-	Short            HorizonDemand    `json:"short"`
-	Long             HorizonDemand    `json:"long"`
-	Outputs          OutputEstimate   `json:"outputs"`
-	DecodeCorrection float64          `json:"decode_correction"`
-	ObservedPrefill  PhaseObservation `json:"observed_prefill"`
-	ObservedDecode   PhaseObservation `json:"observed_decode"`
-	ResidentDecodeKV float64          `json:"resident_decode_kv"`
-	EstimateBuild    uint64           `json:"estimate_build"`
+	Engines              int              `json:"engines"`
+	PrefillEngines       int              `json:"prefill_engines"`
+	DecodeEngines        int              `json:"decode_engines"`
+	InTransition         int              `json:"in_transition"`
+	PendingUnsized       int64            `json:"pending_unsized"`
+	Incomplete           bool             `json:"incomplete"`
+	IncompleteReason     string           `json:"incomplete_reason,omitempty"`
+	Short                HorizonDemand    `json:"short"`
+	Long                 HorizonDemand    `json:"long"`
+	Outputs              OutputEstimate   `json:"outputs"`
+	DecodeCorrection     float64          `json:"decode_correction"`
+	DecodeLoadCorrection float64          `json:"decode_load_correction"`
+	ObservedPrefill      PhaseObservation `json:"observed_prefill"`
+	ObservedDecode       PhaseObservation `json:"observed_decode"`
+	ResidentDecodeKV     float64          `json:"resident_decode_kv"`
+	EstimateBuild        uint64           `json:"estimate_build"`
 }
 
 // Decision is one controller step: the journal record. Every float in it

@@ -83,7 +83,9 @@ func (s *Snapshot) Split(j int) SplitScore {
 		pp[h] = s.prefillPressure(hz[h], nP, muP[h], backlog)
 		var kv float64
 		dp[h], kv = s.decodePressure(hz[h], nD, capD[h], aD[h])
-		sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
+		if h == 1 {
+			sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
+		}
 	}
 	if s.Basis != BasisOfferedDemand || s.useObserved {
 		p := scaleObserved(s.obsP, s.PrefillEngines, nP)
@@ -95,7 +97,7 @@ func (s *Snapshot) Split(j int) SplitScore {
 	sc.ShortPrefill, sc.LongPrefill = pp[0], pp[1]
 	sc.ShortDecode, sc.LongDecode = dp[0], dp[1]
 	sc.PrefillPressure = max(sc.ShortPrefill, sc.LongPrefill)
-	sc.DecodePressure = max(sc.ShortDecode, sc.LongDecode)
+	sc.DecodePressure = max(sc.LongDecode, (sc.ShortDecode+sc.LongDecode)/2)
 	if sc.KVCapacityTokens > 0 {
 		sc.DecodePressure = max(sc.DecodePressure, sc.KVNeedTokens/sc.KVCapacityTokens)
 	} else if nD == 0 && sc.KVNeedTokens > 0 {
@@ -206,7 +208,7 @@ func (s *Snapshot) decodePressure(h *HorizonDemand, n int, capSum, aSum float64)
 		}
 		return 0, 0
 	}
-	rho := r / capSum
+	rho := r * s.DecodeLoadCorrection / capSum
 	excess := 0.0
 	if rho > rhoSat {
 		rho, excess = rhoSat, rho-rhoSat

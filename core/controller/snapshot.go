@@ -146,10 +146,14 @@ type Snapshot struct {
 	Out   OutputEstimate `json:"outputs"`
 	// DecodeCorrection scales the decode model by observed / modelled TPOT
 	// at the current residency (1 without enough observations).
-	DecodeCorrection float64          `json:"decode_correction"`
-	ObservedPrefill  PhaseObservation `json:"observed_prefill"`
-	ObservedDecode   PhaseObservation `json:"observed_decode"`
-	PendingUnsized   int64            `json:"pending_unsized"`
+	DecodeCorrection float64 `json:"decode_correction"`
+	// DecodeLoadCorrection scales the per-sequence decode cost by observed
+	// / modelled at the current residency (1 without enough observations or
+	// resident sequences); when it applies DecodeCorrection is 1.
+	DecodeLoadCorrection float64          `json:"decode_load_correction"`
+	ObservedPrefill      PhaseObservation `json:"observed_prefill"`
+	ObservedDecode       PhaseObservation `json:"observed_decode"`
+	PendingUnsized       int64            `json:"pending_unsized"`
 
 	// Over live serving prefill engines.
 	QueuedPrefillS   float64 `json:"queued_prefill_s"`
