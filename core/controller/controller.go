@@ -543,7 +543,13 @@ func (c *Controller) decide(nowNs int64) Decision {
 	if dir < 0 {
 		dstObs = s.ObservedDecode
 	}
-	if dstObs.Count < c.cfg.MinObservations || !(dstObs.Mean > 1) {
+	confirmed := dstObs.Count >= c.cfg.MinObservations && dstObs.Mean > 1
+	// The prefill queue is measured too: first tokens report a backlog
+	// only once it is served, long after it formed.
+	if dir > 0 && s.prefillBehind {
+		confirmed = true
+	}
+	if !confirmed {
 		k = 1
 	}
 	from, to := RoleDecode, RolePrefill
@@ -589,8 +595,18 @@ func (c *Controller) decide(nowNs int64) Decision {
 	pass := narrow(srcCount - floor)
 	gate(GateRoleFloors, pass, float64(srcCount-k), float64(floor), from.String()+" engines after the move")
 	gate(GateLiveAvailability, s.InTransition == 0 && srcCount > 0, float64(s.InTransition), 0, "engines draining or switching")
+	dstP := func(sc SplitScore) float64 {
+		if dir < 0 {
+			return sc.DecodePressure
+		}
+		return sc.PrefillPressure
+	}
+	// The source keeps headroom (source_limit) unless the destination
+	// would still be worse off than the source after the move: when both
+	// phases are short, the score's ranking decides (holding would leave
+	// the worse phase drowning to keep the better one's margin).
 	srcLimit := c.cfg.SourceLimit
-	pass = narrow(largest(func(sc SplitScore) bool { return srcP(sc) < srcLimit }))
+	pass = narrow(largest(func(sc SplitScore) bool { return srcP(sc) < srcLimit || (confirmed && srcP(sc) < dstP(sc)) }))
 	gate(GateSourcePressure, pass, srcP(s.Split(dir*k)), srcLimit, from.String()+" pressure after the move")
 	var ev *DemandEvidence
 	if dir > 0 {

@@ -438,8 +438,10 @@ func TestFarOverPhaseStillRanksSplits(t *testing.T) {
 			t.Fatalf("split %d→%d: prefill %v→%v score %v→%v; want finite > 2 and a strictly better score with more prefill", j, j+1, a.PrefillPressure, b.PrefillPressure, a.Score, b.Score)
 		}
 	}
-	if d := c.Step(t0, in); d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RolePrefill {
-		t.Fatalf("past 2× the SLO: got %s %q (%s); want one decode->prefill move", d.Action, d.Blocked, d.Reason)
+	// The queue is measured (10 s per engine against a 0.25 s SLO): it
+	// confirms the deficit, so one decision moves several engines.
+	if d := c.Step(t0, in); d.Action != ActionMove || len(d.Moves) < 2 || d.Moves[0].To != RolePrefill {
+		t.Fatalf("past 2× the SLO with a measured queue: got %s %q (%s); want a multi-engine decode->prefill move", d.Action, d.Blocked, d.Reason)
 	}
 	// Offered prefill beyond every split's capacity: finite, ordered.
 	sat := newTestController(t, testConfig(), 4, 4).Snapshot(t0, Inputs{Arrivals: steady(2048, 16, 400), Outputs: &fakeHistory{}})
@@ -545,5 +547,29 @@ func TestDecodeLoadCorrection(t *testing.T) {
 	want = max(0.5, min(2, 0.4*0.1/p.Decode.StepSeconds(4, 4*600)))
 	if s.DecodeLoadCorrection != 1 || math.Abs(s.DecodeCorrection-want) > 1e-12 {
 		t.Fatalf("few sequences: load correction %v, multiplier %v; want 1, %v", s.DecodeLoadCorrection, s.DecodeCorrection, want)
+	}
+}
+
+// TestDeliveredRate: a decode pool receives the offered rate plus the
+// resident prefill backlog drained over the horizon, capped at what the
+// split's prefill pool serves; nothing without a prefill pool.
+func TestDeliveredRate(t *testing.T) {
+	h := &HorizonDemand{RatePerS: 30, SpanS: 10}
+	cases := []struct {
+		nP          int
+		mu, backlog float64
+		want        float64
+	}{
+		{4, 40, 0, 30},   // prefill keeps up: the offered rate
+		{4, 20, 0, 20},   // prefill saturated: what it serves
+		{4, 40, 10, 40},  // 30 + 10 s × (40/4)/s / 10 s = 40: at the cap
+		{4, 100, 10, 55}, // 30 + 10 × 25 / 10
+		{0, 40, 0, 0},
+		{4, 0, 0, 0},
+	}
+	for _, c := range cases {
+		if got := deliveredRate(h, c.nP, c.mu, c.backlog); got != c.want {
+			t.Errorf("deliveredRate(n=%d, mu=%v, backlog=%v) = %v; want %v", c.nP, c.mu, c.backlog, got, c.want)
+		}
 	}
 }

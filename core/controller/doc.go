@@ -40,7 +40,13 @@
 // decode pool with Σ(1/m) token capacity (m = per-sequence step cost at
 // the horizon's mean context) has TPOT = ā/(1 − λE[o]·g/Σ(1/m)) ×
 // decode correction (g the decode load correction below), and predicted
-// KV = λE[o]·TPOT sequences × mean context. Pressures are latency / SLO;
+// KV = λE[o]·TPOT sequences × mean context. The λ a decode pool sees is
+// what the split's prefill pool delivers: the offered rate plus the
+// resident prefill backlog drained over the horizon (backlog·Σμ/n/span),
+// at most Σμ. Behind a saturated prefill pool, decode priced at the
+// offered rate was over-predicted 5–10× (the concatenation's conv part:
+// 9 decode engines predicted past their SLO and KV capacity while they
+// measured 0.3 and 11 % of KV), which kept the prefill pool starved. Pressures are latency / SLO;
 // the decode pressure is also at least the long horizon's KV need /
 // physical KV capacity. Prefill takes the worse of the two horizons;
 // decode the larger of the long horizon and the mean of both (the
@@ -115,11 +121,18 @@
 // latencies confirm the destination phase is past its SLO (observed ratio
 // > 1 over min_observations): a prediction from a few arrivals moves one
 // engine at a time, a confirmed large deficit is closed in one decision
-// instead of one engine per cooldown. The proposal then passes, in order,
+// instead of one engine per cooldown. A prefill queue measured past the
+// TTFT SLO ((running + queued prefill s) / (prefill engines × SLO) > 1)
+// confirms a prefill deficit too: first tokens report a backlog only
+// once it is served. The proposal then passes, in order,
 // role_floors, live_availability (no engine draining or switching),
 // source_pressure (the source role's pressure after the move <
 // source_limit; stricter than target_pressure so that a donor keeps
-// headroom for growth), kv_limit (decode to prefill: KV need <=
+// headroom for growth; when the destination's deficit is confirmed as
+// above, it is also enough that the source stays below the
+// destination's pressure after the move: when both phases are short the
+// score decides, instead of holding while the worse phase drowns),
+// kv_limit (decode to prefill: KV need <=
 // kv_headroom × remaining capacity; unknown capacity is not judged),
 // demand_evidence (decode to prefill: evidence closed and the envelope of
 // needed decode engines kept), cooldown (since the last move anywhere),

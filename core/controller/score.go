@@ -82,7 +82,7 @@ func (s *Snapshot) Split(j int) SplitScore {
 	for h := 0; h < 2; h++ {
 		pp[h] = s.prefillPressure(hz[h], nP, muP[h], backlog)
 		var kv float64
-		dp[h], kv = s.decodePressure(hz[h], nD, capD[h], aD[h])
+		dp[h], kv = s.decodePressure(hz[h], deliveredRate(hz[h], nP, muP[h], backlog), nD, capD[h], aD[h])
 		if h == 1 {
 			sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
 		}
@@ -189,13 +189,31 @@ func (s *Snapshot) prefillPressure(h *HorizonDemand, n int, muSum, backlogS floa
 	return ttft / s.Timing.TTFTSLOS
 }
 
+// deliveredRate is the request rate a split's decode pool receives over
+// horizon h: the offered rate plus the resident prefill backlog drained
+// over the horizon, but never more than the split's prefill pool serves
+// (muSum requests/s). A decode pool behind a saturated prefill pool only
+// sees what prefill completes; pricing it at the offered rate over-
+// predicts its TPOT and KV by the prefill deficit, and then the split
+// that starves prefill looks best for decode.
+func deliveredRate(h *HorizonDemand, nP int, muSum, backlogS float64) float64 {
+	if nP <= 0 || muSum <= 0 {
+		return 0
+	}
+	r := h.RatePerS
+	if backlogS > 0 {
+		r += backlogS * muSum / float64(nP) / max(h.SpanS, 1)
+	}
+	return min(r, muSum)
+}
+
 // decodePressure: predicted TPOT / TPOT SLO of a pool of n engines. A
 // step takes a + m·B (m per sequence at the horizon's mean context), so a
 // token rate r spread over the pool gives TPOT = ā / (1 − r/Σ(1/m)),
 // times the decode correction. Also returns the predicted KV tokens
 // (Little: r·TPOT sequences × mean context).
-func (s *Snapshot) decodePressure(h *HorizonDemand, n int, capSum, aSum float64) (float64, float64) {
-	r := h.RatePerS * h.MeanOutput
+func (s *Snapshot) decodePressure(h *HorizonDemand, rate float64, n int, capSum, aSum float64) (float64, float64) {
+	r := rate * h.MeanOutput
 	if n <= 0 {
 		if r > 0 {
 			return math.Inf(1), math.Inf(1)

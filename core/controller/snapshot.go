@@ -179,6 +179,10 @@ type Snapshot struct {
 	base   [2]poolBase
 	obsP   float64 // observed-basis prefill pressure at the current split
 	obsD   float64
+	// prefillBehind: the prefill pool measures a queue past the TTFT
+	// SLO ((running + queued prefill s) / (engines × SLO) > 1), a
+	// measured deficit like an observed latency past the SLO.
+	prefillBehind bool
 	// useObserved: with complete demand, observed pressure (enough
 	// observations) still floors the prediction.
 	useObserved bool
@@ -504,6 +508,8 @@ func (s *Snapshot) prepare() {
 	default:
 		s.Basis = BasisObservedPressure
 	}
+	s.prefillBehind = s.PrefillEngines > 0 && s.QueuedPrefillS > 0 &&
+		(s.RunningPrefillS+s.QueuedPrefillS)/(float64(s.PrefillEngines)*s.Timing.TTFTSLOS) > 1
 	s.obsP = s.ObservedPrefill.Mean
 	if s.Basis == BasisRecovery {
 		s.obsP = s.RecoveryRatio
