@@ -30,8 +30,12 @@ func TestMoveLifecycle(t *testing.T) {
 	if tb.RoleOf(id) != RoleNone || slices.Contains(tb.Prefill, id) || slices.Contains(tb.Decode, id) || !tb.Known(id) {
 		t.Fatalf("a draining engine must take no new work: %v / %v", tb.Prefill, tb.Decode)
 	}
-	if d2 := c.Step(t0+sec, d2pInputs()); d2.Blocked != GateLiveAvailability {
-		t.Fatalf("a move in flight must block the next one; got %s %q", d2.Action, d2.Blocked)
+	// The engine in flight is scored in its target role (the deficit it
+	// answers is not answered twice), and an unconfirmed deficit never
+	// moves another engine while one is in flight.
+	if d2 := c.Step(t0+sec, d2pInputs()); d2.Action == ActionMove || len(act.moves) != 1 ||
+		d2.Current.PrefillEngines != 5 || (d2.Blocked != "" && d2.Blocked != GateLiveAvailability) {
+		t.Fatalf("a move in flight must not be repeated; got %s %q, current %d/%d, %d moves", d2.Action, d2.Blocked, d2.Current.PrefillEngines, d2.Current.DecodeEngines, len(act.moves))
 	}
 	c.MoveDone(id, t0+20*sec, nil)
 	if c.Roles().RoleOf(id) != RolePrefill {

@@ -322,7 +322,7 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	s.Engines = s.Engines[:0]
 	for i := range c.engines {
 		e := &c.engines[i]
-		v := EngineView{ID: e.ID, Role: e.Role, State: e.State, Live: e.Live, KVCapacityTokens: e.KVCapacityTokens,
+		v := EngineView{ID: e.ID, Role: e.Role, TargetRole: e.TargetRole, State: e.State, Live: e.Live, KVCapacityTokens: e.KVCapacityTokens,
 			Resident: e.Resident, LastMoveNs: e.LastMoveNs, Profile: c.profIdx[i], HasProfile: c.profIdx[i] >= 0}
 		if !v.HasProfile {
 			v.Profile = c.profiles.Default
@@ -594,7 +594,15 @@ func (c *Controller) decide(nowNs int64) Decision {
 	}
 	pass := narrow(srcCount - floor)
 	gate(GateRoleFloors, pass, float64(srcCount-k), float64(floor), from.String()+" engines after the move")
-	gate(GateLiveAvailability, s.InTransition == 0 && srcCount > 0, float64(s.InTransition), 0, "engines draining or switching")
+	// Engines already moving toward the destination do not block a
+	// confirmed deficit (they are scored in their target role); any other
+	// transition does.
+	incomingTo := s.IncomingPrefill
+	if dir < 0 {
+		incomingTo = s.IncomingDecode
+	}
+	liveOK := srcCount > 0 && (s.InTransition == 0 || (confirmed && s.InTransition == incomingTo))
+	gate(GateLiveAvailability, liveOK, float64(s.InTransition), float64(incomingTo), "engines draining or switching (limit: those moving to "+to.String()+", when the deficit is confirmed)")
 	dstP := func(sc SplitScore) float64 {
 		if dir < 0 {
 			return sc.DecodePressure

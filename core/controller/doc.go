@@ -25,6 +25,10 @@
 //
 // # Scoring
 //
+// Engines draining or switching toward a role are scored in it (its
+// capacity and KV count, they are not movers): a split is where the pools
+// stand once the moves in flight land, so a deficit is not answered twice.
+//
 // Demand over a horizon is reduced to moments of the request shapes:
 // rate λ, E[L], E[L²], expected output E[o] (requested output through the
 // learned discount) and the decode context weighted by output tokens. For
@@ -125,7 +129,11 @@
 // TTFT SLO ((running + queued prefill s) / (prefill engines × SLO) > 1)
 // confirms a prefill deficit too: first tokens report a backlog only
 // once it is served. The proposal then passes, in order,
-// role_floors, live_availability (no engine draining or switching),
+// role_floors, live_availability (no engine draining or switching, except
+// engines already moving toward the destination when the deficit is
+// confirmed: on the simulator a draining prefill engine waits until its
+// finished prompts find decode KV, so a move toward a saturated decode
+// pool took 30–60 s and blocked every other move meanwhile),
 // source_pressure (the source role's pressure after the move <
 // source_limit; stricter than target_pressure so that a donor keeps
 // headroom for growth; when the destination's deficit is confirmed as

@@ -61,7 +61,7 @@ func TestEachGateBlocksAlone(t *testing.T) {
 	cases := []setup{
 		{gate: GateRoleFloors, mod: func(cfg *Config) { cfg.MinDecodeEngines = 4 }},
 		{gate: GateLiveAvailability, prep: func(t *testing.T, c *Controller, in *Inputs) {
-			if err := c.UpsertEngine(Engine{ID: "x-draining", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RoleDecode, State: StateDraining, TargetRole: RolePrefill, Live: true}); err != nil {
+			if err := c.UpsertEngine(Engine{ID: "x-draining", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RolePrefill, State: StateDraining, TargetRole: RoleDecode, Live: true}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -181,5 +181,39 @@ func TestReversalNeedsMoreConfirmations(t *testing.T) {
 	// Same direction again: confirm_steps (1) suffices.
 	if got := run(c2, t0+100*sec); got != 1 {
 		t.Fatalf("a repeated direction moved on step %d; want 1", got)
+	}
+}
+
+// TestLiveAvailabilityConfirmedSameDirection: an engine already moving
+// toward prefill does not block a measured prefill deficit (it is scored
+// as prefill); an engine moving the other way still blocks.
+func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target Role
+		want   bool
+	}{{"toward the destination", RolePrefill, true}, {"away from it", RoleDecode, false}} {
+		cfg := testConfig()
+		cfg.DrainCostWeight = 1 // moving the queued prefill engines away is no way out
+		c := newTestController(t, cfg, 4, 4)
+		from := RoleDecode
+		if tc.target == RoleDecode {
+			from = RolePrefill
+		}
+		if err := c.UpsertEngine(Engine{ID: "x-moving", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: from, State: StateDraining, TargetRole: tc.target, Live: true}); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range c.Engines() {
+			if e.Role == RolePrefill && e.State == StateServing {
+				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 2}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		d := c.Step(t0, Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}})
+		moved := d.Action == ActionMove && len(d.Moves) > 0 && d.Moves[0].To == RolePrefill
+		if moved != tc.want || (!tc.want && d.Blocked != GateLiveAvailability) {
+			t.Fatalf("%s: got %s %q (%s); want move=%v cur %+v best %+v", tc.name, d.Action, d.Blocked, d.Reason, tc.want, d.Current, d.Best)
+		}
 	}
 }

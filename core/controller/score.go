@@ -38,7 +38,7 @@ func (s *Snapshot) MaxMoves() int { return len(s.dm) }
 func (s *Snapshot) Split(j int) SplitScore {
 	j = max(s.MinMoves(), min(s.MaxMoves(), j))
 	c := &s.cum
-	sc := SplitScore{Moves: j, PrefillEngines: s.PrefillEngines + j, DecodeEngines: s.DecodeEngines - j}
+	sc := SplitScore{Moves: j, PrefillEngines: s.PrefillEngines + s.IncomingPrefill + j, DecodeEngines: s.DecodeEngines + s.IncomingDecode - j}
 	nP, nD := sc.PrefillEngines, sc.DecodeEngines
 	// Pool sums after the move.
 	backlog := c.backlog

@@ -98,6 +98,7 @@ func (e *OutputEstimate) Estimate(requested int64) float64 {
 type EngineView struct {
 	ID               string      `json:"id"`
 	Role             Role        `json:"role"`
+	TargetRole       Role        `json:"target_role"`
 	State            EngineState `json:"state"`
 	Live             bool        `json:"live"`
 	KVCapacityTokens int64       `json:"kv_capacity_tokens"`
@@ -156,11 +157,15 @@ type Snapshot struct {
 	PendingUnsized       int64            `json:"pending_unsized"`
 
 	// Over live serving prefill engines.
-	QueuedPrefillS   float64 `json:"queued_prefill_s"`
-	RunningPrefillS  float64 `json:"running_prefill_s"`
-	PrefillEngines   int     `json:"prefill_engines"`
-	DecodeEngines    int     `json:"decode_engines"`
-	InTransition     int     `json:"in_transition"`
+	QueuedPrefillS  float64 `json:"queued_prefill_s"`
+	RunningPrefillS float64 `json:"running_prefill_s"`
+	PrefillEngines  int     `json:"prefill_engines"`
+	DecodeEngines   int     `json:"decode_engines"`
+	InTransition    int     `json:"in_transition"`
+	// IncomingPrefill and IncomingDecode: live engines draining or
+	// switching toward that role; splits are scored with them in it.
+	IncomingPrefill  int     `json:"incoming_prefill"`
+	IncomingDecode   int     `json:"incoming_decode"`
 	ResidentDecodeKV float64 `json:"resident_decode_kv"`
 
 	Incomplete       bool    `json:"incomplete"`
@@ -345,11 +350,20 @@ func (s *Snapshot) prepare() {
 	s.pm, s.dm = s.pm[:0], s.dm[:0]
 	s.QueuedPrefillS, s.RunningPrefillS, s.ResidentDecodeKV = 0, 0, 0
 	s.PrefillEngines, s.DecodeEngines, s.InTransition = 0, 0, 0
+	s.IncomingPrefill, s.IncomingDecode = 0, 0
 	tpot := s.Timing.TPOTSLOS
 	for i := range s.Engines {
 		e := &s.Engines[i]
 		if e.State != StateServing {
 			s.InTransition++
+			if e.Live {
+				switch e.TargetRole {
+				case RolePrefill:
+					s.IncomingPrefill++
+				case RoleDecode:
+					s.IncomingDecode++
+				}
+			}
 		}
 		if !e.serving() {
 			continue
@@ -487,6 +501,31 @@ func (s *Snapshot) prepare() {
 		c.resKVD += float64(e.Resident.KVTokens)
 		c.dRes[k+1] = c.dRes[k] + float64(e.Resident.KVTokens)
 		c.dDrain[k+1] = c.dDrain[k] + e.DrainS
+	}
+
+	// Engines moving toward a role count in it (capacity, KV), not as
+	// movers: a split is where the pools stand once in-flight moves land.
+	for i := range s.Engines {
+		e := &s.Engines[i]
+		if e.State == StateServing || !e.Live {
+			continue
+		}
+		p := s.profileOf(e)
+		switch e.TargetRole {
+		case RolePrefill:
+			for h := 0; h < 2; h++ {
+				s.base[h].muP += mu(p, hz[h])
+			}
+		case RoleDecode:
+			for h := 0; h < 2; h++ {
+				s.base[h].capD += capT(p, hz[h])
+				s.base[h].aD += p.Decode.A
+			}
+			c.kvCapD += float64(e.KVCapacityTokens)
+			if e.KVCapacityTokens <= 0 {
+				c.kvUnknownD++
+			}
+		}
 	}
 
 	// Basis and the observed-pressure bases.
