@@ -573,3 +573,38 @@ func TestDeliveredRate(t *testing.T) {
 		}
 	}
 }
+
+// TestKVCorrection: with at least 16 resident sequences per decode
+// engine, predicted KV is scaled by resident / predicted at the current
+// split, clamped to [0.5, 1]; below that residency it is 1.
+func TestKVCorrection(t *testing.T) {
+	in := Inputs{Arrivals: steady(1024, 256, 20), Outputs: &fakeHistory{}}
+	c := newTestController(t, testConfig(), 4, 4)
+	raw := c.Snapshot(t0, in)
+	pred := raw.Split(0).kvPred
+	if raw.KVCorrection != 1 || !(pred > 0) {
+		t.Fatalf("no residency: correction %v, prediction %v; want 1 and > 0", raw.KVCorrection, pred)
+	}
+	for _, tc := range []struct {
+		seqs  int64
+		share float64 // resident KV as a share of the prediction
+		want  float64
+	}{{16, 0.7, 0.7}, {16, 0.1, 0.5}, {16, 3, 1}, {15, 0.7, 1}} {
+		c := newTestController(t, testConfig(), 4, 4)
+		for _, e := range c.Engines() {
+			if e.Role == RoleDecode {
+				kv := int64(math.Round(tc.share * pred / 4))
+				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: tc.seqs, KVTokens: kv}, 1<<30, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s := c.Snapshot(t0, in)
+		if math.Abs(s.KVCorrection-tc.want) > 1e-3 {
+			t.Errorf("%d seqs, resident %v × predicted: correction %v; want %v", tc.seqs, tc.share, s.KVCorrection, tc.want)
+		}
+		if got := s.Split(0).KVNeedTokens; tc.want < 1 && math.Abs(got-max(s.ResidentDecodeKV, tc.want*pred)) > 1 {
+			t.Errorf("%d seqs: KV need %v; want %v", tc.seqs, got, max(s.ResidentDecodeKV, tc.want*pred))
+		}
+	}
+}

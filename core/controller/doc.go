@@ -50,7 +50,12 @@
 // at most Σμ. Behind a saturated prefill pool, decode priced at the
 // offered rate was over-predicted 5–10× (the concatenation's conv part:
 // 9 decode engines predicted past their SLO and KV capacity while they
-// measured 0.3 and 11 % of KV), which kept the prefill pool starved. Pressures are latency / SLO;
+// measured 0.3 and 11 % of KV), which kept the prefill pool starved.
+// Resident KV calibrates the KV prediction downward: with at least 16
+// resident sequences per decode engine and none moving to decode, every
+// split's predicted KV is scaled by resident / predicted at the current
+// split, clamped to [0.5, 1] (kv_correction; the KV need is never below
+// the resident KV anyway). Pressures are latency / SLO;
 // the decode pressure is also at least the long horizon's KV need /
 // physical KV capacity. Prefill takes the worse of the two horizons;
 // decode the larger of the long horizon and the mean of both (the

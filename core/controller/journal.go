@@ -76,6 +76,7 @@ type SnapshotSummary struct {
 	Outputs              OutputEstimate   `json:"outputs"`
 	DecodeCorrection     float64          `json:"decode_correction"`
 	DecodeLoadCorrection float64          `json:"decode_load_correction"`
+	KVCorrection         float64          `json:"kv_correction"`
 	ObservedPrefill      PhaseObservation `json:"observed_prefill"`
 	ObservedDecode       PhaseObservation `json:"observed_decode"`
 	ResidentDecodeKV     float64          `json:"resident_decode_kv"`

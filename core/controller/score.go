@@ -24,6 +24,7 @@ type SplitScore struct {
 	KVCapacityTokens float64 `json:"kv_capacity_tokens"`
 	DrainS           float64 `json:"drain_s"`
 	Score            float64 `json:"score"`
+	kvPred           float64 // the long horizon's predicted KV before KVCorrection
 }
 
 // MinMoves and MaxMoves bound the candidate splits over live serving
@@ -84,7 +85,8 @@ func (s *Snapshot) Split(j int) SplitScore {
 		var kv float64
 		dp[h], kv = s.decodePressure(hz[h], deliveredRate(hz[h], nP, muP[h], backlog), nD, capD[h], aD[h])
 		if h == 1 {
-			sc.KVNeedTokens = max(sc.KVNeedTokens, kv)
+			sc.kvPred = kv
+			sc.KVNeedTokens = max(sc.KVNeedTokens, kv*s.KVCorrection)
 		}
 	}
 	if s.Basis != BasisOfferedDemand || s.useObserved {

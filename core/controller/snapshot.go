@@ -151,10 +151,16 @@ type Snapshot struct {
 	// DecodeLoadCorrection scales the per-sequence decode cost by observed
 	// / modelled at the current residency (1 without enough observations or
 	// resident sequences); when it applies DecodeCorrection is 1.
-	DecodeLoadCorrection float64          `json:"decode_load_correction"`
-	ObservedPrefill      PhaseObservation `json:"observed_prefill"`
-	ObservedDecode       PhaseObservation `json:"observed_decode"`
-	PendingUnsized       int64            `json:"pending_unsized"`
+	DecodeLoadCorrection float64 `json:"decode_load_correction"`
+	// KVCorrection scales predicted decode KV by resident / predicted at
+	// the current split, in [0.5, 1], once the decode engines hold
+	// minLoadSeqs sequences each and no engine is moving to decode (1
+	// otherwise). Resident KV is a measurement of the present; the
+	// prediction compounds the rate, output and TPOT estimates.
+	KVCorrection    float64          `json:"kv_correction"`
+	ObservedPrefill PhaseObservation `json:"observed_prefill"`
+	ObservedDecode  PhaseObservation `json:"observed_decode"`
+	PendingUnsized  int64            `json:"pending_unsized"`
 
 	// Over live serving prefill engines.
 	QueuedPrefillS  float64 `json:"queued_prefill_s"`
@@ -349,6 +355,7 @@ func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, overflowRetaine
 func (s *Snapshot) prepare() {
 	s.pm, s.dm = s.pm[:0], s.dm[:0]
 	s.QueuedPrefillS, s.RunningPrefillS, s.ResidentDecodeKV = 0, 0, 0
+	residentSeqs := int64(0)
 	s.PrefillEngines, s.DecodeEngines, s.InTransition = 0, 0, 0
 	s.IncomingPrefill, s.IncomingDecode = 0, 0
 	tpot := s.Timing.TPOTSLOS
@@ -381,6 +388,7 @@ func (s *Snapshot) prepare() {
 				e.DrainS = s.Long.MeanOutput / 2 * tpot
 			}
 			s.ResidentDecodeKV += float64(e.Resident.KVTokens)
+			residentSeqs += e.Resident.DecodeSeqs
 			s.DecodeEngines++
 			s.dm = append(s.dm, int32(i))
 		}
@@ -525,6 +533,13 @@ func (s *Snapshot) prepare() {
 			if e.KVCapacityTokens <= 0 {
 				c.kvUnknownD++
 			}
+		}
+	}
+
+	s.KVCorrection = 1
+	if s.DecodeEngines > 0 && s.IncomingDecode == 0 && residentSeqs >= minLoadSeqs*int64(s.DecodeEngines) {
+		if pred := s.Split(0).kvPred; pred > 0 {
+			s.KVCorrection = max(0.5, min(1, s.ResidentDecodeKV/pred))
 		}
 	}
 
