@@ -81,7 +81,7 @@ func DefaultConfig() Config {
 		ConfirmSteps:         3,
 		ReversalConfirmSteps: 5,
 		TargetPressure:       0.8,
-		SourceLimit:          0.6,
+		SourceLimit:          0.65,
 		HysteresisMargin:     0.1,
 		KVHeadroom:           0.9,
 		MinEvidenceArrivals:  20,
