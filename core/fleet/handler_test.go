@@ -12,7 +12,7 @@ import (
 
 func post(t *testing.T, h http.Handler, method, auth, body string) (int, string) {
 	t.Helper()
-	req := httptest.NewRequest(method, "/v1/agent/reports", strings.NewReader(body))
+	req := httptest.NewRequest(method, "/ingest", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
