@@ -38,11 +38,8 @@ func NewAttainment(intervalNs, retentionNs int64) (*Attainment, error) {
 	if err := a.r.Init(intervalNs, retentionNs); err != nil {
 		return nil, fmt.Errorf("buckets: new attainment: %w: %w", ErrInvalidConfig, err)
 	}
-	n := ring.Stripes()
-	for 1<<a.stripeLog < n {
-		a.stripeLog++
-	}
-	a.stripeMask = n - 1
+	a.stripeLog, a.stripeMask = ring.StripeLayout()
+	n := a.stripeMask + 1
 	a.blocks = make([]attBlock, a.r.Slots()*n)
 	return a, nil
 }

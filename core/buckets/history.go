@@ -132,11 +132,8 @@ func NewHistory(widthNs, retentionNs int64) (*History, error) {
 	if err := h.r.Init(widthNs, retentionNs); err != nil {
 		return nil, fmt.Errorf("buckets: new history: %w: %w", ErrInvalidConfig, err)
 	}
-	n := ring.Stripes()
-	for 1<<h.stripeLog < n {
-		h.stripeLog++
-	}
-	h.stripeMask = n - 1
+	h.stripeLog, h.stripeMask = ring.StripeLayout()
+	n := h.stripeMask + 1
 	h.shared = make([]slotShared, h.r.Slots())
 	h.stripes = make([]stripeBlock, h.r.Slots()*n)
 	return h, nil

@@ -51,11 +51,8 @@ func NewPressure(widthNs, retentionNs int64) (*Pressure, error) {
 	if err := p.r.Init(widthNs, retentionNs); err != nil {
 		return nil, fmt.Errorf("buckets: new pressure: %w: %w", ErrInvalidConfig, err)
 	}
-	n := ring.Stripes()
-	for 1<<p.stripeLog < n {
-		p.stripeLog++
-	}
-	p.stripeMask = n - 1
+	p.stripeLog, p.stripeMask = ring.StripeLayout()
+	n := p.stripeMask + 1
 	p.blocks = make([]pressureBlock, p.r.Slots()*n)
 	return p, nil
 }

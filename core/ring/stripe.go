@@ -31,6 +31,17 @@ func Stripes() int {
 	return s
 }
 
+// StripeLayout returns how a structure striped with Stripes() stripes
+// indexes them: log2 of the stripe count (stripe k of slot i lives at
+// i<<log + k) and the mask Stripe takes.
+func StripeLayout() (log uint, mask int) {
+	n := Stripes()
+	for 1<<log < n {
+		log++
+	}
+	return log, n - 1
+}
+
 // Stripe returns the stripe index (0..mask) for the calling goroutine: the
 // id of the P it runs on, so that goroutines running at the same time on
 // different Ps update different cache lines. With mask 0 it costs nothing.
