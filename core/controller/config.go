@@ -67,6 +67,12 @@ type Config struct {
 	// same direction, each through every gate). A large deficit is closed
 	// in one decision instead of one engine per cooldown.
 	MaxMovesPerStep int `json:"max_moves_per_step" yaml:"max_moves_per_step"`
+	// BurstPressure and BurstArrivals: a decode-to-prefill deficit counts
+	// as confirmed (may move several engines) when the current split's
+	// predicted prefill pressure exceeds BurstPressure with at least
+	// BurstArrivals requests in the short window. 0 turns it off.
+	BurstPressure float64 `json:"burst_pressure" yaml:"burst_pressure"`
+	BurstArrivals float64 `json:"burst_arrivals" yaml:"burst_arrivals"`
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
 }
@@ -92,6 +98,8 @@ func DefaultConfig() Config {
 		LatencyQuantile:      0.5,
 		ScoreCap:             1,
 		MaxMovesPerStep:      4,
+		BurstPressure:        10,
+		BurstArrivals:        60,
 		JournalRing:          1024,
 	}
 }
@@ -141,6 +149,10 @@ func (c Config) Validate() error {
 		return bad("score_cap", c.ScoreCap, fmt.Sprintf("> target_pressure (%v)", c.TargetPressure))
 	case c.MaxMovesPerStep < 1:
 		return bad("max_moves_per_step", c.MaxMovesPerStep, ">= 1")
+	case !finite(c.BurstPressure) || c.BurstPressure < 0:
+		return bad("burst_pressure", c.BurstPressure, ">= 0")
+	case !finite(c.BurstArrivals) || c.BurstArrivals < 0:
+		return bad("burst_arrivals", c.BurstArrivals, ">= 0")
 	case c.JournalRing < 1:
 		return bad("journal_ring", c.JournalRing, ">= 1")
 	}
