@@ -2,14 +2,13 @@ package service
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
+
+	"github.com/narwhal-io/narwhal/core/wire"
 )
 
 // maxListedErrors bounds the refusals a reply lists one by one; the
@@ -233,34 +232,23 @@ func applyEvent(c EventSink, ev *Event) error {
 	return fmt.Errorf("BUG: event type %d reached apply", ev.Type)
 }
 
-// bearer guards writes with a bearer token compared in constant time (both
-// sides hashed first, so the comparison does not leak the length either).
-type bearer struct {
-	want [32]byte
-	open bool
-}
+// bearer guards writes with the core's one bearer-token check
+// (wire.Token: hashed, constant-time), answering in the service's JSON.
+type bearer struct{ tok wire.Token }
 
-func newBearer(token string) *bearer {
-	if token == "" {
-		return &bearer{open: true}
-	}
-	return &bearer{want: sha256.Sum256([]byte(token))}
-}
+func newBearer(token string) *bearer { return &bearer{tok: wire.NewToken(token)} }
 
 func (b *bearer) wrap(h http.Handler) http.Handler {
-	if b.open {
+	if b.tok.Open() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok {
+		switch err := b.tok.Check(r.Header.Get("Authorization")); {
+		case errors.Is(err, wire.ErrNoToken):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
 			writeJSON(w, http.StatusUnauthorized, errorReply{"missing bearer token: send Authorization: Bearer <token>; nothing was applied"})
 			return
-		}
-		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-		if subtle.ConstantTimeCompare(got[:], b.want[:]) != 1 {
+		case err != nil:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal", error="invalid_token"`)
 			writeJSON(w, http.StatusUnauthorized, errorReply{"wrong bearer token; nothing was applied"})
 			return

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,20 +23,17 @@ func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.H
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBody
 	}
-	want := []byte("Bearer " + token)
+	auth := wire.NewToken(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeErr(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed: POST a wire.Batch")
 			return
 		}
-		if token != "" {
-			got := []byte(req.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
-				writeErr(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
+		if err := auth.Check(req.Header.Get("Authorization")); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
+			writeErr(w, http.StatusUnauthorized, err.Error())
+			return
 		}
 		if ct := req.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 			writeErr(w, http.StatusUnsupportedMediaType, "content type "+ct+": want application/json")
