@@ -5,12 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/fleet"
 )
 
@@ -116,31 +113,14 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	for _, e := range c.Engines() {
 		known[e.ID] = true
 	}
-	// A configured role is the engine's initial role: when the data
-	// directory's saved state knows the engine, the saved role wins (the
-	// controller may have moved it), so the seed goes in without a role.
-	saved := map[string]bool{}
-	if cfg.DataDir != "" {
-		st, err := controller.LoadState(filepath.Join(cfg.DataDir, StateFile))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return nil, fmt.Errorf("service: %w", err)
-		default:
-			for _, e := range st.Engines {
-				saved[e.ID] = true
-			}
-		}
-	}
+	// A configured role is the engine's initial role: the core's restored
+	// controller state wins over it (controller.UpsertEngine), so a
+	// restart never undoes a move.
 	for _, seed := range cfg.Engines {
 		if known[seed.ID] {
 			continue
 		}
-		e := seed.Engine()
-		if saved[seed.ID] {
-			e.Role = controller.RoleNone
-		}
-		if err := c.UpsertEngine(e); err != nil {
+		if err := c.UpsertEngine(seed.Engine()); err != nil {
 			return nil, fmt.Errorf("service: registering engine %q: %w", seed.ID, err)
 		}
 	}

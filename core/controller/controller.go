@@ -196,9 +196,11 @@ func (c *Controller) UpsertEngine(e Engine) error {
 		c.engines[i], c.profIdx[i] = e, pi
 	} else {
 		if r, ok := c.restored[e.ID]; ok {
-			if e.Role == RoleNone {
-				e.Role = r.Role
-			}
+			// Saved state wins over the role a caller registers the
+			// engine with (a configured or agent-reported role is only an
+			// initial role), exactly as Restore treats engines it already
+			// knows: otherwise a restart would undo the controller's moves.
+			e.Role = r.Role
 			e.LastMoveNs = max(e.LastMoveNs, r.LastMoveNs)
 			delete(c.restored, e.ID)
 		}

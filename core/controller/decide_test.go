@@ -623,3 +623,43 @@ func TestKVCorrection(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoredRoleWinsOverRegisteredRole: an engine re-registered after a
+// restart with its configured (initial) role keeps the role the saved
+// state gives it, whether it was registered before or after Restore.
+func TestRestoredRoleWinsOverRegisteredRole(t *testing.T) {
+	st := PersistedState{Version: 1, Engines: []PersistedEngine{
+		{ID: "late", Role: RoleDecode, LastMoveNs: t0},
+		{ID: "early", Role: RoleDecode, LastMoveNs: t0},
+	}}
+	c, err := New(testConfig(), testTiming(), BuiltinProfiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpsertEngine(Engine{ID: "early", Role: RolePrefill, Live: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpsertEngine(Engine{ID: "late", Role: RolePrefill, Live: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"early", "late"} {
+		if got := c.Roles().RoleOf(id); got != RoleDecode {
+			t.Errorf("engine %s: role %s after restore and re-registration as prefill; want decode (the saved role)", id, got)
+		}
+	}
+	for _, e := range c.Engines() {
+		if e.LastMoveNs != t0 {
+			t.Errorf("engine %s: last move %d; want the saved %d", e.ID, e.LastMoveNs, t0)
+		}
+	}
+	// Once restored, a later registration with a role is an update as usual.
+	if err := c.UpsertEngine(Engine{ID: "late", Role: RolePrefill, Live: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Roles().RoleOf("late"); got != RolePrefill {
+		t.Errorf("engine late: role %s after a second registration as prefill; want prefill", got)
+	}
+}
