@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"sort"
+
+	"github.com/narwhal-io/narwhal/core/controller"
 )
 
 // Profile is the latency and capacity model of one engine kind (model, GPU,
@@ -52,40 +54,45 @@ func (p *Profile) DecodeStepNs(batch, sumCtx int64) int64 {
 
 const distserveSource = "DistServe profiler-a100-80g.distserve.json + max_num_tokens.csv (LLMServe/DistServe 82831f16, Apache-2.0)"
 
-var builtinProfiles = map[string]Profile{
-	"opt-13b-tp1-a100": {
-		Name: "opt-13b-tp1-a100", Model: "facebook/opt-13b", GPU: "A100-80G", TP: 1,
-		PrefillMs:        [3]float64{18.10254647486372, 0.1019122572698738, 7.122264314252114e-06},
-		DecodeSmallMs:    [3]float64{19.934702624895458, 0.0006269356524350583, 0.03850697740828398},
-		DecodeLargeMs:    [3]float64{7.1661889468253595, 0.0005798000403396046, 0.15831096191764046},
-		DecodeLargeBatch: 95,
-		KVCapacityTokens: 66144,
-		KVBytesPerToken:  2 * 40 * 5120 * 2,
-		MaxBatchTokens:   8192,
-		Source:           distserveSource,
-	},
-	"opt-66b-tp8-a100": {
-		Name: "opt-66b-tp8-a100", Model: "facebook/opt-66b", GPU: "A100-80G", TP: 8,
-		PrefillMs:        [3]float64{25.490662375045222, 0.10659177664763161, 3.3910502518615973e-06},
-		DecodeSmallMs:    [3]float64{23.15511135047022, 0.00022691488497826264, 0.04800638397272423},
-		DecodeLargeMs:    [3]float64{21.71772781576609, 0.0003758089655762475, 0.08978614175851013},
-		DecodeLargeBatch: 95,
-		KVCapacityTokens: 212304,
-		KVBytesPerToken:  2 * 64 * 9216 * 2,
-		MaxBatchTokens:   16384,
-		Source:           distserveSource,
-	},
-	"opt-66b-tp4-a100": {
-		Name: "opt-66b-tp4-a100", Model: "facebook/opt-66b", GPU: "A100-80G", TP: 4,
-		PrefillMs:        [3]float64{29.441636037717455, 0.151352180625198, 8.317450765979451e-06},
-		DecodeSmallMs:    [3]float64{30.760284619429587, 0.000451947603788462, 0.063284195750671},
-		DecodeLargeMs:    [3]float64{27.47082137429487, 0.0004046845541646486, 0.12480667738300383},
-		DecodeLargeBatch: 95,
-		KVCapacityTokens: 78496,
-		KVBytesPerToken:  2 * 64 * 9216 * 2,
-		MaxBatchTokens:   16384,
-		Source:           distserveSource,
-	},
+// distServeEngine is what the simulator adds to one published DistServe
+// fit (controller.DistServeFits, the one copy of the published numbers):
+// the KV bytes per token for the transfer time (2 × layers × hidden × 2
+// bytes, fp16) and the prefill batch token budget.
+type distServeEngine struct {
+	model           string
+	tp              int
+	name            string
+	kvBytesPerToken int64
+	maxBatchTokens  int64
+}
+
+var distServeEngines = []distServeEngine{
+	{"facebook/opt-13b", 1, "opt-13b-tp1-a100", 2 * 40 * 5120 * 2, 8192},
+	{"facebook/opt-66b", 8, "opt-66b-tp8-a100", 2 * 64 * 9216 * 2, 16384},
+	{"facebook/opt-66b", 4, "opt-66b-tp4-a100", 2 * 64 * 9216 * 2, 16384},
+}
+
+// builtinProfiles holds the DistServe engines (here) and the Splitwise
+// Llama2-70B ones (splitwise.go).
+var builtinProfiles = distServeProfiles()
+
+func distServeProfiles() map[string]Profile {
+	out := map[string]Profile{}
+	for _, f := range controller.DistServeFits() {
+		for _, e := range distServeEngines {
+			if e.model != f.Model || e.tp != f.TP {
+				continue
+			}
+			out[e.name] = Profile{
+				Name: e.name, Model: f.Model, GPU: "A100-80G", TP: f.TP,
+				PrefillMs: f.PrefillMs, DecodeSmallMs: f.DecodeSmallMs, DecodeLargeMs: f.DecodeLargeMs,
+				DecodeLargeBatch: f.LargeBatch, KVCapacityTokens: f.KVCapacityTokens,
+				KVBytesPerToken: e.kvBytesPerToken, MaxBatchTokens: e.maxBatchTokens,
+				Source: distserveSource,
+			}
+		}
+	}
+	return out
 }
 
 // DefaultProfile is the engine kind used when Config.Profile is empty.

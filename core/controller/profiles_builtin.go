@@ -17,50 +17,74 @@ const (
 		"medians of measured rows, TP8"
 )
 
-// distServeFit is one TP entry of profiler-a100-80g.distserve.json, in ms.
-type distServeFit struct {
-	model, tp             string
-	prefill, small, large [3]float64
-	threshold             int64
-	kvTokens              int64
-	tpDegree              int
-	aliases               []string
+// DistServeFit is one entry of DistServe's published A100-80GB profiler
+// fits (profiler-a100-80g.distserve.json, milliseconds): prefill_ms = a +
+// b·ΣL + c·ΣL²; decode_ms = a + b·Σ(ctx+1) + c·batch, with the small-batch
+// set below LargeBatch and the large-batch set at or above it.
+// KVCapacityTokens is max_num_tokens.csv's row for the same model, TP and
+// PP 1. The controller's built-in profiles and the simulator's engines read
+// the same table (DistServeFits), so the published numbers live once.
+type DistServeFit struct {
+	Model            string
+	TP               int
+	PrefillMs        [3]float64
+	DecodeSmallMs    [3]float64
+	DecodeLargeMs    [3]float64
+	LargeBatch       int64
+	KVCapacityTokens int64
+	// builtin: the controller ships a profile for it (one per model, so
+	// that the model's alias stays unambiguous); aliases name it.
+	builtin bool
+	aliases []string
 }
 
-var distServeFits = []distServeFit{
+var distServeFits = []DistServeFit{
 	{
-		model: "facebook/opt-13b", tp: "1", tpDegree: 1, threshold: 95, kvTokens: 66144,
-		prefill: [3]float64{18.10254647486372, 0.1019122572698738, 7.122264314252114e-06},
-		small:   [3]float64{19.934702624895458, 0.0006269356524350583, 0.03850697740828398},
-		large:   [3]float64{7.1661889468253595, 0.0005798000403396046, 0.15831096191764046},
-		aliases: []string{"opt-13b"},
+		Model: "facebook/opt-13b", TP: 1, LargeBatch: 95, KVCapacityTokens: 66144,
+		PrefillMs:     [3]float64{18.10254647486372, 0.1019122572698738, 7.122264314252114e-06},
+		DecodeSmallMs: [3]float64{19.934702624895458, 0.0006269356524350583, 0.03850697740828398},
+		DecodeLargeMs: [3]float64{7.1661889468253595, 0.0005798000403396046, 0.15831096191764046},
+		builtin:       true, aliases: []string{"opt-13b"},
 	},
 	{
-		model: "facebook/opt-66b", tp: "4", tpDegree: 4, threshold: 95,
-		prefill: [3]float64{29.441636037717455, 0.151352180625198, 8.317450765979451e-06},
-		small:   [3]float64{30.760284619429587, 0.000451947603788462, 0.063284195750671},
-		large:   [3]float64{27.47082137429487, 0.0004046845541646486, 0.12480667738300383},
-		aliases: []string{"opt-66b"},
+		Model: "facebook/opt-66b", TP: 4, LargeBatch: 95, KVCapacityTokens: 78496,
+		PrefillMs:     [3]float64{29.441636037717455, 0.151352180625198, 8.317450765979451e-06},
+		DecodeSmallMs: [3]float64{30.760284619429587, 0.000451947603788462, 0.063284195750671},
+		DecodeLargeMs: [3]float64{27.47082137429487, 0.0004046845541646486, 0.12480667738300383},
+		builtin:       true, aliases: []string{"opt-66b"},
 	},
+	{
+		Model: "facebook/opt-66b", TP: 8, LargeBatch: 95, KVCapacityTokens: 212304,
+		PrefillMs:     [3]float64{25.490662375045222, 0.10659177664763161, 3.3910502518615973e-06},
+		DecodeSmallMs: [3]float64{23.15511135047022, 0.00022691488497826264, 0.04800638397272423},
+		DecodeLargeMs: [3]float64{21.71772781576609, 0.0003758089655762475, 0.08978614175851013},
+	},
+}
+
+// DistServeFits returns DistServe's published fits (a fresh copy).
+func DistServeFits() []DistServeFit {
+	out := make([]DistServeFit, len(distServeFits))
+	copy(out, distServeFits)
+	return out
 }
 
 // distServePoints evaluates DistServe's formulas (time_estimator.py):
 // prefill_ms = a + b·L + c·L²; decode_ms = a + b·Σ(ctx+1) + c·batch with
 // the small-batch set below the threshold and the large-batch set above.
 // OPT's context limit is 2048 tokens, so the grid stops there.
-func distServePoints(f distServeFit) ProfilePoints {
-	pp := ProfilePoints{Model: f.model, GPU: "A100-80GB", Aliases: f.aliases, TP: f.tpDegree,
-		Source: fmt.Sprintf("%s; %s TP%s", sourceDistServe, f.model, f.tp)}
+func distServePoints(f DistServeFit) ProfilePoints {
+	pp := ProfilePoints{Model: f.Model, GPU: "A100-80GB", Aliases: f.aliases, TP: f.TP,
+		Source: fmt.Sprintf("%s; %s TP%d", sourceDistServe, f.Model, f.TP)}
 	for _, l := range []int64{32, 64, 128, 256, 512, 768, 1024, 1536, 2048} {
 		x := float64(l)
-		ms := f.prefill[0] + f.prefill[1]*x + f.prefill[2]*x*x
+		ms := f.PrefillMs[0] + f.PrefillMs[1]*x + f.PrefillMs[2]*x*x
 		pp.PrefillPoints = append(pp.PrefillPoints, PrefillPoint{InputTokens: l, Seconds: ms / 1000})
 	}
 	for _, b := range []int64{1, 2, 4, 8, 16, 32, 64, 94, 96, 128, 192, 256} {
 		for _, ctx := range []int64{128, 256, 512, 1024, 2048} {
-			c := f.small
-			if b >= f.threshold {
-				c = f.large
+			c := f.DecodeSmallMs
+			if b >= f.LargeBatch {
+				c = f.DecodeLargeMs
 			}
 			ms := c[0] + c[1]*float64(b*(ctx+1)) + c[2]*float64(b)
 			pp.DecodePoints = append(pp.DecodePoints, DecodePoint{Batch: b, CtxTokens: b * ctx, Seconds: ms / 1000})
@@ -122,7 +146,9 @@ func splitwisePoints(gpu string, rows []splitwiseMedian) ProfilePoints {
 func BuiltinProfilePoints() []ProfilePoints {
 	out := make([]ProfilePoints, 0, 4)
 	for _, f := range distServeFits {
-		out = append(out, distServePoints(f))
+		if f.builtin {
+			out = append(out, distServePoints(f))
+		}
 	}
 	out = append(out, splitwisePoints("A100-80GB", splitwiseA100), splitwisePoints("H100-80GB", splitwiseH100))
 	return out
