@@ -21,9 +21,6 @@ import (
 // Version is the agent's version, sent in the hello.
 const Version = "0.1.0"
 
-// maxMetricsBody bounds one engine metrics body.
-const maxMetricsBody = 8 << 20
-
 // NVMLSource is what the agent needs from nvml (a *nvml.Manager).
 type NVMLSource interface {
 	Devices(ctx context.Context, nowNs int64) ([]nvml.Device, error)

@@ -43,8 +43,6 @@ type engine struct {
 	incoming   int   // transfers in flight to this engine
 	incomingKV int64 // their prompt tokens
 	stepping   bool
-	// a move started by a policy, reported back when the switch ends
-	moveFromPolicy bool
 }
 
 func (e *engine) queueLen() int { return len(e.queue) - e.qhead }

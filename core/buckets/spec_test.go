@@ -55,10 +55,6 @@ func cellCount(cells []Cell, s Shape) int64 {
 	return n
 }
 
-// distinctShapes returns n shapes that all probe from different home cells
-// or not: just distinct (input varies).
-func distinctShape(i int) Shape { return Shape{Input: int64(1000 + i), Output: int64(10 + i%7)} }
-
 // ---- SLO attainment ----
 
 func TestAttainmentBucketsByMonitorInterval(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-type countingExpirer struct{ calls, drained int64 }
+type countingExpirer struct{ calls int64 }
 
 func (c *countingExpirer) ExpireSlot(slot int, through int64) int64 { c.calls++; return 0 }
 

@@ -18,7 +18,6 @@ type clock struct {
 	width, keep, retention int64
 	maxAhead               int64
 	newest, first, far     int64
-	expired                int64
 }
 
 func newClock(width, retention int64) clock {
