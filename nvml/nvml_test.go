@@ -62,11 +62,11 @@ func TestA100FallsBackToV1(t *testing.T) {
 	// unset (calling them panics): the client falls back to v1 and notes the
 	// processes as unreadable
 	s := dgxa100.New()
-	dev := s.Devices[0].(*dgxa100.Device)
+	dev := s.Devices[0].(*server.Device)
 	dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
 		return gonvml.Memory{Total: 40 << 30, Used: 30 << 30, Free: 10 << 30}, gonvml.SUCCESS
 	}
-	s.Devices[1].(*dgxa100.Device).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+	s.Devices[1].(*server.Device).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
 		return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
 	}
 	ds, err := initClient(t, s).Devices(context.Background())
