@@ -198,19 +198,35 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	tag := ring.TagOf(e)
 	sh := &h.shared[slot]
 	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
-	// The shape's window, two groups of control bytes: a hit in the home
-	// group and a miss in a full window (a busy bucket) are decided here;
-	// anything else (free cells, second group) goes to cell.
+	// The shape's window, two groups of control bytes. When the window is
+	// full (every byte set: the steady state of a busy bucket) the shape
+	// is either in a cell whose byte matches its fingerprint or in the
+	// overflow, and both are decided here from the candidates' keys; a
+	// window with a free cell goes to cell, which may claim it.
 	hash := shapeHash(s)
 	fp := fingerprint(hash)
 	g := uint(hash >> 60)
-	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[(g+1)%groups].Load()
-	m0 := matchBytes(c0, fp)
+	g1 := (g + 1) % groups
+	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[g1].Load()
+	want := keyOf(tag, s)
 	i, ok := -1, true
-	if m0 != 0 && sh.keys[g*groupCells+uint(bits.TrailingZeros64(m0))/8].Load() == keyOf(tag, s) {
-		i = int(g*groupCells + uint(bits.TrailingZeros64(m0))/8)
-	} else if m0|matchBytes(c1, fp)|(^c0|^c1)&msbBytes != 0 {
-		i, ok = h.cell(sh, tag, s, true)
+	for m := matchBytes(c0, fp); m != 0; m &= m - 1 {
+		if j := g*groupCells + uint(bits.TrailingZeros64(m))/8; sh.keys[j].Load() == want {
+			i = int(j)
+			break
+		}
+	}
+	if i < 0 {
+		if (^c0|^c1)&msbBytes != 0 {
+			i, ok = h.cell(sh, tag, s, true)
+		} else {
+			for m := matchBytes(c1, fp); m != 0; m &= m - 1 {
+				if j := g1*groupCells + uint(bits.TrailingZeros64(m))/8; sh.keys[j].Load() == want {
+					i = int(j)
+					break
+				}
+			}
+		}
 	}
 	var c *atomic.Uint64
 	switch {
