@@ -634,8 +634,10 @@ func (c *Controller) decide(nowNs int64) Decision {
 		prop := s.Split(k)
 		gate(GateKVLimit, pass, prop.KVNeedTokens, c.cfg.KVHeadroom*prop.KVCapacityTokens, "decode KV tokens vs headroom × capacity after the move")
 		ev = c.evidence(nowNs)
-		pass = ev.Closed && narrow(s.DecodeEngines-ev.EnvelopeDecodeEngines)
-		if !ev.Closed {
+		if ev.Closed {
+			pass = narrow(s.DecodeEngines - ev.EnvelopeDecodeEngines)
+		} else {
+			pass = s.prefillBehind
 			k = 1
 		}
 		gate(GateDemandEvidence, pass, float64(ev.Arrivals), float64(ev.RequiredArrivals), "consolidation evidence closed and envelope kept")

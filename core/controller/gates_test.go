@@ -217,3 +217,40 @@ func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasuredPrefillBacklogWaivesOpenEvidence: an open consolidation
+// window (too few arrivals since the last risk) blocks a decode-to-prefill
+// move predicted from demand alone, but not one backed by a prefill queue
+// measured past the TTFT SLO: then one engine moves, and the decision still
+// carries its demand_evidence (closed false, nothing blocked).
+func TestMeasuredPrefillBacklogWaivesOpenEvidence(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued float64 // per prefill engine, seconds (TTFT SLO 0.25 s)
+		move   bool
+	}{{"no measured queue", 0, false}, {"queue under the SLO", 0.2, false}, {"queue past the SLO", 0.5, true}} {
+		c := newTestController(t, testConfig(), 4, 4)
+		for _, e := range c.Engines() {
+			if e.Role == RolePrefill {
+				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: tc.queued}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		in := d2pInputs()
+		in.Arrivals.(*fakeHistory).ev = buckets.Evidence{SpanNs: 30 * sec, Observations: 5, Buckets: 30}
+		d := c.Step(t0, in)
+		if d.DemandEvidence == nil || d.DemandEvidence.Closed {
+			t.Fatalf("%s: want open demand_evidence on the decision; got %+v", tc.name, d.DemandEvidence)
+		}
+		if tc.move {
+			if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RolePrefill || d.DemandEvidence.BlockedGate != "" {
+				t.Fatalf("%s: got %s %q %+v; want one decode->prefill move", tc.name, d.Action, d.Blocked, d.Moves)
+			}
+			continue
+		}
+		if d.Action != ActionBlocked || d.Blocked != GateDemandEvidence {
+			t.Fatalf("%s: got %s %q (%s); want blocked by %s", tc.name, d.Action, d.Blocked, d.Reason, GateDemandEvidence)
+		}
+	}
+}
