@@ -197,7 +197,12 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	slot := r.Slot(e)
 	tag := ring.TagOf(e)
 	sh := &h.shared[slot]
-	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
+	st := 0
+	if h.stripeMask != 0 { // ring.Stripe, inlined: two calls instead of three
+		st = ring.ProcPin() & h.stripeMask
+		ring.ProcUnpin()
+	}
+	b := &h.stripes[slot<<h.stripeLog+st]
 	// The shape's window, two groups of control bytes. When the window is
 	// full (every byte set: the steady state of a busy bucket) the shape
 	// is either in a cell whose byte matches its fingerprint or in the

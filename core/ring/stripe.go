@@ -58,6 +58,16 @@ func pid() int {
 	return id
 }
 
+// ProcPin and ProcUnpin are procPin and procUnpin for hot paths that
+// inline Stripe by hand (a call fewer than Stripe's pid): the caller reads
+// ProcPin()&mask and calls ProcUnpin at once.
+//
+//go:linkname ProcPin runtime.procPin
+func ProcPin() int
+
+//go:linkname ProcUnpin runtime.procUnpin
+func ProcUnpin()
+
 // Pad fills the rest of a cache line (two lines, against adjacent-line
 // prefetch) after a hot word.
 type Pad [120]byte
