@@ -551,6 +551,14 @@ func (c *Controller) decide(nowNs int64) Decision {
 	if dir > 0 && s.prefillBehind {
 		confirmed = true
 	}
+	// So is decode KV: resident KV measured past the target pressure of
+	// the decode pool's capacity. Observed TPOT reports a KV shortage
+	// only once sequences have waited for it, and by then the prefill
+	// engines that must move cannot drain (their finished prompts wait
+	// for the same decode KV).
+	if dir < 0 && cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > c.cfg.TargetPressure*cur.KVCapacityTokens {
+		confirmed = true
+	}
 	// A burst: prefill predicted far past its SLO from many arrivals
 	// (a queue that first tokens and the queue measure only once it is
 	// formed) is treated as confirmed, so the first move may take

@@ -138,7 +138,18 @@
 // instead of one engine per cooldown. A prefill queue measured past the
 // TTFT SLO ((running + queued prefill s) / (prefill engines × SLO) > 1)
 // confirms a prefill deficit too: first tokens report a backlog only
-// once it is served. So does a burst predicted from many arrivals:
+// once it is served. Decode KV measured past target_pressure of the
+// decode pool's capacity confirms a decode deficit the same way: TPOT
+// reports a KV shortage only once sequences have waited for KV, and by
+// then the prefill engines that must move cannot drain (their finished
+// prompts wait for the same decode KV). On Azure conv started at 14:2
+// the first moves took 50 s to land and the row ended at 39.6 %; with
+// this rule 84.2 % (the concatenation 68.45 -> 78.16 / 75.18 ->
+// 79.04 % at seeds 1 / 2, comparable segments 55.15 -> 83.00 / 54.65 ->
+// 80.90 %, Mooncake x0.8 91.93 -> 91.67 / 90.45 -> 89.29 %; 0.85 of
+// capacity keeps the concatenation's gain but not the comparable
+// segments', 0.9 keeps neither; requiring KV to be growing as well cost
+// Mooncake seed 1 1.5 pt). So does a burst predicted from many arrivals:
 // current prefill pressure > burst_pressure (10) with >= burst_arrivals
 // (60) requests in the short window. On Azure code x4 the first
 // burst otherwise took one engine at 50 s and four more only after the

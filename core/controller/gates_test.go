@@ -254,3 +254,37 @@ func TestMeasuredPrefillBacklogWaivesOpenEvidence(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasuredDecodeKVConfirmsDeficit: a prefill-to-decode move may take
+// several engines when the decode pool's resident KV is measured past the
+// target pressure of its capacity, although no TPOT has been observed past
+// the SLO; with the same demand and KV under the target it moves one.
+func TestMeasuredDecodeKVConfirmsDeficit(t *testing.T) {
+	moved := map[bool]int{}
+	for _, full := range []bool{false, true} {
+		c := newTestController(t, testConfig(), 6, 2)
+		kv := int64(33072) // 0.5 of 66144
+		if full {
+			kv = 56222 // 0.85 of 66144
+		}
+		for _, e := range c.Engines() {
+			if e.Role == RoleDecode {
+				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: 40, KVTokens: kv}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		in := Inputs{Arrivals: steady(256, 512, 15), Outputs: &fakeHistory{}}
+		d := c.Step(t0, in)
+		if d.Action != ActionMove || d.Direction != "prefill_to_decode" {
+			t.Fatalf("KV full %v: got %s %q (%s) best %+v; want a prefill->decode move", full, d.Action, d.Blocked, d.Reason, d.Best)
+		}
+		if d.Best.Moves > -2 {
+			t.Fatalf("KV full %v: best split %d moves away; the scenario needs at least 2", full, d.Best.Moves)
+		}
+		moved[full] = len(d.Moves)
+	}
+	if moved[false] != 1 || moved[true] < 2 {
+		t.Fatalf("engines moved: KV under the target %d (want 1), past it %d (want >= 2)", moved[false], moved[true])
+	}
+}
