@@ -456,3 +456,42 @@ func BenchmarkBaselineMutexMapRecordParallel(b *testing.B) {
 		}
 	})
 }
+
+// bkFloorWords: eight counters, as many as a shape's window has cells in
+// one control word.
+var bkFloorWords [8]atomic.Uint64
+
+// BenchmarkFloorRecordCAS is a control, not a target: the one atomic
+// read-modify-write every exact record needs (load, then compare-and-swap
+// of a counter picked by the trace shape), and nothing else. Its ratio to
+// BaselinePrometheusHistogramObserve in the same run is the least any
+// record that counts with a locked instruction can reach on the machine.
+func BenchmarkFloorRecordCAS(b *testing.B) {
+	shapes := bkTrace(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		w := &bkFloorWords[shapes[j].Input&7]
+		old := w.Load()
+		w.CompareAndSwap(old, old+1)
+		if j++; j == len(shapes) {
+			j = 0
+		}
+	}
+}
+
+// BenchmarkFloorRecordAdd is the same control with an atomic add (one
+// locked instruction, no load before it).
+func BenchmarkFloorRecordAdd(b *testing.B) {
+	shapes := bkTrace(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		bkFloorWords[shapes[j].Input&7].Add(1)
+		if j++; j == len(shapes) {
+			j = 0
+		}
+	}
+}
