@@ -45,6 +45,36 @@ func getState(t *testing.T, base string) map[string]controller.Engine {
 	return out
 }
 
+// startCore serves a fresh core through the service on loopback (bearer
+// token s3cret, no control loop, time from now), with mod applied to the
+// default configuration; it returns the service and its base URL and
+// stops it when the test ends.
+func startCore(t *testing.T, now func() int64, mod func(*service.Config)) (*service.Server, string) {
+	t.Helper()
+	c, err := core.New(core.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := service.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Auth.Token = "s3cret"
+	if mod != nil {
+		mod(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := service.New(cfg, c, nil, service.WithClock(now), service.WithoutControlLoop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { _ = srv.Serve(ctx); close(served) }()
+	t.Cleanup(func() { stop(); <-served })
+	return srv, "http://" + srv.Addr().String()
+}
+
 // TestEndToEndCore is acceptance 5 through the real core and service:
 // agent (mock NVML + fake vLLM metrics on loopback) -> narwhal-core's
 // /v1/agent/reports -> *core.Core -> GET /v1/state shows the KV limit and
@@ -52,29 +82,12 @@ func getState(t *testing.T, base string) map[string]controller.Engine {
 // service's own sweep passes the staleness; a restarted agent (new epoch)
 // is accepted.
 func TestEndToEndCore(t *testing.T) {
-	c, err := core.New(core.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var coreNow atomic.Int64
 	coreNow.Store(time.Now().UnixNano())
-	cfg := service.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Auth.Token = "s3cret"
-	cfg.Agents.StaleAfterS = 5
-	cfg.Agents.SweepS = 0.01
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := service.New(cfg, c, nil, service.WithClock(coreNow.Load), service.WithoutControlLoop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopSrv := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(sctx); close(served) }()
-	defer func() { stopSrv(); <-served }()
-	base := "http://" + srv.Addr().String()
+	srv, base := startCore(t, coreNow.Load, func(cfg *service.Config) {
+		cfg.Agents.StaleAfterS = 5
+		cfg.Agents.SweepS = 0.01
+	})
 
 	eng, _ := fakeEngine(t, "vllm_new.prom")
 	acfg := testConfig(t, base+"/v1/agent/reports", eng.URL)

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/narwhal-io/narwhal/agent/engine"
-	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/nvml"
-	"github.com/narwhal-io/narwhal/service"
 )
 
 // realNVMLEnv gates TestRealNVMLEndToEnd: it needs a GPU node with the
@@ -80,27 +78,9 @@ vllm:cache_config_info{block_size="16",engine="0",gpu_memory_utilization="0.9",n
 	bpt := int64(2 * 80 * 8 * 128 * 2)
 	want := int64(float64(gpu0.Memory.TotalBytes) * 0.9 / float64(bpt))
 
-	c, err := core.New(core.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var coreNow atomic.Int64
 	coreNow.Store(time.Now().UnixNano())
-	cfg := service.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Auth.Token = "s3cret"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := service.New(cfg, c, nil, service.WithClock(coreNow.Load), service.WithoutControlLoop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopSrv := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(sctx); close(served) }()
-	defer func() { stopSrv(); <-served }()
-	base := "http://" + srv.Addr().String()
+	_, base := startCore(t, coreNow.Load, nil)
 
 	acfg := testConfig(t, base+"/v1/agent/reports", eng.URL)
 	acfg.Engines[0].GPUs = []string{gpu0.UUID}
