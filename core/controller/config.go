@@ -39,6 +39,11 @@ type Config struct {
 	// KVHeadroom: fraction of the decode pool's physical KV capacity that
 	// its resident and predicted KV tokens may fill after a move.
 	KVHeadroom float64 `json:"kv_headroom" yaml:"kv_headroom"`
+	// KVLeadS: a decode pool whose resident KV, growing at its rate of the
+	// last 5 s, would pass kv_headroom of its capacity within this many
+	// seconds, and grow by at least half of that limit on the way, is short
+	// of decode already (see the package documentation). 0 turns it off.
+	KVLeadS float64 `json:"kv_lead_s" yaml:"kv_lead_s"`
 	// MinEvidenceArrivals: arrivals wholly after the evidence cutoff that a
 	// decode-to-prefill consolidation needs (with MinEvidenceSpanS of the
 	// timing).
@@ -90,6 +95,7 @@ func DefaultConfig() Config {
 		SourceLimit:          0.65,
 		HysteresisMargin:     0.1,
 		KVHeadroom:           0.9,
+		KVLeadS:              15,
 		MinEvidenceArrivals:  20,
 		PendingTolerance:     0,
 		DefaultOutputTokens:  256,
@@ -133,6 +139,8 @@ func (c Config) Validate() error {
 		return bad("hysteresis_margin", c.HysteresisMargin, ">= 0")
 	case !finite(c.KVHeadroom) || c.KVHeadroom <= 0 || c.KVHeadroom > 1:
 		return bad("kv_headroom", c.KVHeadroom, "in (0, 1]")
+	case !finite(c.KVLeadS) || c.KVLeadS < 0 || c.KVLeadS > 3600:
+		return bad("kv_lead_s", c.KVLeadS, "in [0, 3600]")
 	case c.MinEvidenceArrivals < 0:
 		return bad("min_evidence_arrivals", c.MinEvidenceArrivals, ">= 0")
 	case c.PendingTolerance < 0:

@@ -73,6 +73,9 @@ type Controller struct {
 	risks        []riskEvent // ring, riskCap
 	// outOverflowUntil: learned output discounts stay off until then.
 	outOverflowUntil int64
+	// kvHist: resident decode KV at each step (ring).
+	kvHist [kvHistCap]kvSample
+	kvN    int
 
 	snap     Snapshot
 	cellBuf  []buckets.Cell
@@ -415,6 +418,49 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	s.prepare()
 }
 
+// kvSample is the decode pool's resident KV at one step.
+type kvSample struct {
+	atNs int64
+	kv   float64
+}
+
+// The resident-KV history: one sample per step; the growth rate is taken
+// over the last kvSlopeNs; a projected exhaustion counts only when the
+// projected growth is at least kvLeadGrowth of the limit (a pool filling
+// up at the onset of a decode-heavy mix, not one running near its
+// capacity in steady state, as long-context traffic does).
+const (
+	kvHistCap    = 16
+	kvSlopeNs    = int64(5e9)
+	kvLeadGrowth = 0.5
+)
+
+// kvExhaustsWithin reports whether resident decode KV, growing at its
+// rate over the last kvSlopeNs, reaches limit within leadNs while growing
+// by at least kvLeadGrowth of limit.
+func (c *Controller) kvExhaustsWithin(nowNs int64, limit float64, leadNs int64) bool {
+	n := min(c.kvN, kvHistCap)
+	if n < 2 || limit <= 0 {
+		return false
+	}
+	cur := c.kvHist[(c.kvN-1)%kvHistCap]
+	var old kvSample
+	found := false
+	for i := 2; i <= n; i++ {
+		e := c.kvHist[(c.kvN-i)%kvHistCap]
+		if e.atNs <= nowNs-kvSlopeNs {
+			old, found = e, true
+			break
+		}
+	}
+	if !found || cur.atNs <= old.atNs || cur.kv <= old.kv {
+		return false
+	}
+	rate := (cur.kv - old.kv) / float64(cur.atNs-old.atNs) // tokens per ns
+	grow := rate * float64(leadNs)
+	return cur.kv+grow >= limit && grow >= kvLeadGrowth*limit
+}
+
 // minLoadSeqs: resident sequences per decode engine needed before the
 // per-sequence cost is calibrated from observed TPOT (below it the fixed
 // step cost dominates and the estimate is noise).
@@ -508,13 +554,17 @@ func (c *Controller) decide(nowNs int64) Decision {
 		s.EvidenceCutoffNs = nowNs
 	}
 
+	c.kvHist[c.kvN%kvHistCap] = kvSample{atNs: nowNs, kv: s.ResidentDecodeKV}
+	c.kvN++
+	kvSoon := best.Moves < 0 && c.cfg.KVLeadS > 0 && c.kvExhaustsWithin(nowNs, cur.KVCapacityTokens*c.cfg.KVHeadroom, int64(c.cfg.KVLeadS*1e9))
+	d.KVExhaustion = kvSoon
 	dir := 0
 	switch {
 	case best.Moves == 0:
 		d.Reason = "current split scores best"
-	case max(cur.PrefillPressure, cur.DecodePressure) <= c.cfg.TargetPressure:
+	case max(cur.PrefillPressure, cur.DecodePressure) <= c.cfg.TargetPressure && !kvSoon:
 		d.Reason = "both phases within target pressure"
-	case !(improvement > c.cfg.HysteresisMargin):
+	case !(improvement > c.cfg.HysteresisMargin) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
 		d.Reason = "improvement within hysteresis margin"
 	default:
 		dir = 1
@@ -556,7 +606,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// only once sequences have waited for it, and by then the prefill
 	// engines that must move cannot drain (their finished prompts wait
 	// for the same decode KV).
-	if dir < 0 && cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > c.cfg.TargetPressure*cur.KVCapacityTokens {
+	if dir < 0 && (kvSoon || cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > c.cfg.TargetPressure*cur.KVCapacityTokens) {
 		confirmed = true
 	}
 	// A burst: prefill predicted far past its SLO from many arrivals

@@ -288,3 +288,84 @@ func TestMeasuredDecodeKVConfirmsDeficit(t *testing.T) {
 		t.Fatalf("engines moved: KV under the target %d (want 1), past it %d (want >= 2)", moved[false], moved[true])
 	}
 }
+
+// TestKVExhaustionProjectedMovesDecode: with both phases within target
+// pressure, a decode pool whose resident KV grew from 20 % to 55 % of its
+// capacity in 5 s (projected past kv_headroom within kv_lead_s) gets
+// engines from prefill at once, several of them; the same 55 % held flat,
+// or with kv_lead_s 0, is left alone.
+func TestKVExhaustionProjectedMovesDecode(t *testing.T) {
+	const capTok = 66144
+	run := func(t *testing.T, lead float64, first, second int64) Decision {
+		t.Helper()
+		cfg := testConfig()
+		cfg.KVLeadS = lead
+		c := newTestController(t, cfg, 6, 2)
+		in := Inputs{Arrivals: steady(256, 512, 2), Outputs: &fakeHistory{}}
+		var d Decision
+		for i, kv := range []int64{first, second} {
+			now := t0 + int64(i)*5*sec
+			for _, e := range c.Engines() {
+				if e.Role == RoleDecode {
+					if err := c.UpdateEngine(e.ID, now, Resident{DecodeSeqs: 20, KVTokens: kv}, capTok, true); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			d = c.Step(now, in)
+			if i == 0 && d.Action != ActionHold {
+				t.Fatalf("first step: got %s %q (%s); want a hold (current %+v)", d.Action, d.Blocked, d.Reason, d.Current)
+			}
+		}
+		return d
+	}
+	d := run(t, 15, capTok/5, capTok*55/100)
+	if d.Action != ActionMove || d.Direction != "prefill_to_decode" || !d.KVExhaustion || len(d.Moves) < 2 {
+		t.Fatalf("growing KV: got %s %q (%s) kv_exhaustion %v moves %d; want several prefill->decode moves (current %+v)",
+			d.Action, d.Blocked, d.Reason, d.KVExhaustion, len(d.Moves), d.Current)
+	}
+	if max(d.Current.PrefillPressure, d.Current.DecodePressure) > testConfig().TargetPressure {
+		t.Fatalf("scenario: a phase is past target pressure (%+v); the move must come from the projection", d.Current)
+	}
+	for _, tc := range []struct {
+		name          string
+		lead          float64
+		first, second int64
+	}{{"flat KV", 15, capTok * 55 / 100, capTok * 55 / 100}, {"kv_lead_s 0", 0, capTok / 5, capTok * 55 / 100}} {
+		if d := run(t, tc.lead, tc.first, tc.second); d.Action != ActionHold || d.KVExhaustion {
+			t.Fatalf("%s: got %s %q (%s) kv_exhaustion %v; want a hold", tc.name, d.Action, d.Blocked, d.Reason, d.KVExhaustion)
+		}
+	}
+}
+
+// TestMeasuredPrefillBacklogWaivesHysteresis: a move toward prefill whose
+// score improvement is within the hysteresis margin is held, unless a
+// prefill queue is measured past the TTFT SLO: then any improvement moves.
+func TestMeasuredPrefillBacklogWaivesHysteresis(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued float64 // per prefill engine, seconds (TTFT SLO 0.25 s)
+		move   bool
+	}{{"no measured queue", 0, false}, {"queue past the SLO", 0.5, true}} {
+		cfg := testConfig()
+		cfg.HysteresisMargin = 100 // every improvement is within it
+		c := newTestController(t, cfg, 4, 4)
+		for _, e := range c.Engines() {
+			if e.Role == RolePrefill {
+				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: tc.queued}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		d := c.Step(t0, d2pInputs())
+		if !(d.Improvement > 0) {
+			t.Fatalf("%s: scenario needs a positive improvement; got %v", tc.name, d.Improvement)
+		}
+		if tc.move && (d.Action != ActionMove || d.Direction != "decode_to_prefill") {
+			t.Fatalf("%s: got %s %q (%s); want a decode->prefill move", tc.name, d.Action, d.Blocked, d.Reason)
+		}
+		if !tc.move && (d.Action != ActionHold || d.Reason != "improvement within hysteresis margin") {
+			t.Fatalf("%s: got %s %q (%s); want a hold within the hysteresis margin", tc.name, d.Action, d.Blocked, d.Reason)
+		}
+	}
+}

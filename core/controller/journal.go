@@ -107,7 +107,11 @@ type Decision struct {
 	ObservedPrefillRatio float64         `json:"observed_prefill_ratio"`
 	ObservedDecodeRatio  float64         `json:"observed_decode_ratio"`
 	Confirmations        int             `json:"confirmations"`
-	DemandEvidence       *DemandEvidence `json:"demand_evidence,omitempty"`
+	// KVExhaustion: the decode pool's resident KV, at its recent growth,
+	// passes kv_headroom of capacity within kv_lead_s (a decode deficit
+	// although both phases may be within target pressure).
+	KVExhaustion   bool            `json:"kv_exhaustion_projected,omitempty"`
+	DemandEvidence *DemandEvidence `json:"demand_evidence,omitempty"`
 }
 
 // roundJ rounds a value for the journal and state: 6 decimals; NaN as 0
