@@ -153,8 +153,9 @@
 // 77.30 / 82.66 -> 78.86 / 85.45 / 85.66 / 85.48 %, comparable segments
 // 83.00 / 80.90 / 82.45 / 80.95 -> 86.99 / 86.85 / 87.02 / 87.07 %
 // (static-best 81.78), Mooncake x0.8 within 0.1 pt, Azure code and conv
-// unchanged. A proposal moves k engines: the distance to the
-// best split, at most max_moves_per_step, and only one unless measured
+// unchanged.
+//
+// A proposal moves k engines: the distance to the best split, at most max_moves_per_step, and only one unless measured
 // latencies confirm the destination phase is past its SLO (observed ratio
 // > 1 over min_observations): a prediction from a few arrivals moves one
 // engine at a time, a confirmed large deficit is closed in one decision
