@@ -424,7 +424,8 @@ type kvSample struct {
 	kv   float64
 }
 
-// The resident-KV history: one sample per step; the growth rate is taken
+// The resident-KV history: a sample per step, at least kvSlopeNs/8 apart
+// (recordKV; the newest is always this step's); the growth rate is taken
 // over the last kvSlopeNs; a projected exhaustion counts only when the
 // projected growth is at least kvLeadGrowth of the limit (a pool filling
 // up at the onset of a decode-heavy mix, not one running near its
@@ -434,6 +435,20 @@ const (
 	kvSlopeNs    = int64(5e9)
 	kvLeadGrowth = 0.5
 )
+
+// recordKV keeps this step's resident decode KV as the newest sample. The
+// samples before the newest are kept at least kvSlopeNs/8 apart (the
+// newest replaces its predecessor until it is that far from the one
+// before), so that the ring spans more than kvSlopeNs whatever the step.
+func (c *Controller) recordKV(nowNs int64, kv float64) {
+	smp := kvSample{atNs: nowNs, kv: kv}
+	if c.kvN >= 2 && nowNs-c.kvHist[(c.kvN-2)%kvHistCap].atNs < kvSlopeNs/8 {
+		c.kvHist[(c.kvN-1)%kvHistCap] = smp
+		return
+	}
+	c.kvHist[c.kvN%kvHistCap] = smp
+	c.kvN++
+}
 
 // kvExhaustsWithin reports whether resident decode KV, growing at its
 // rate over the last kvSlopeNs, reaches limit within leadNs while growing
@@ -554,8 +569,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		s.EvidenceCutoffNs = nowNs
 	}
 
-	c.kvHist[c.kvN%kvHistCap] = kvSample{atNs: nowNs, kv: s.ResidentDecodeKV}
-	c.kvN++
+	c.recordKV(nowNs, s.ResidentDecodeKV)
 	kvSoon := best.Moves < 0 && c.cfg.KVLeadS > 0 && c.kvExhaustsWithin(nowNs, cur.KVCapacityTokens*c.cfg.KVHeadroom, int64(c.cfg.KVLeadS*1e9))
 	d.KVExhaustion = kvSoon
 	dir := 0

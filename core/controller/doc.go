@@ -155,8 +155,9 @@
 // (static-best 81.78), Mooncake x0.8 within 0.1 pt, Azure code and conv
 // unchanged.
 //
-// A proposal moves k engines: the distance to the best split, at most max_moves_per_step, and only one unless measured
-// latencies confirm the destination phase is past its SLO (observed ratio
+// A proposal moves k engines: the distance to the best split, at most
+// max_moves_per_step, and only one unless measured latencies confirm the
+// destination phase is past its SLO (observed ratio
 // > 1 over min_observations): a prediction from a few arrivals moves one
 // engine at a time, a confirmed large deficit is closed in one decision
 // instead of one engine per cooldown. A prefill queue measured past the

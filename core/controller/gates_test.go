@@ -298,26 +298,7 @@ func TestKVExhaustionProjectedMovesDecode(t *testing.T) {
 	const capTok = 66144
 	run := func(t *testing.T, lead float64, first, second int64) Decision {
 		t.Helper()
-		cfg := testConfig()
-		cfg.KVLeadS = lead
-		c := newTestController(t, cfg, 6, 2)
-		in := Inputs{Arrivals: steady(256, 512, 2), Outputs: &fakeHistory{}}
-		var d Decision
-		for i, kv := range []int64{first, second} {
-			now := t0 + int64(i)*5*sec
-			for _, e := range c.Engines() {
-				if e.Role == RoleDecode {
-					if err := c.UpdateEngine(e.ID, now, Resident{DecodeSeqs: 20, KVTokens: kv}, capTok, true); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			d = c.Step(now, in)
-			if i == 0 && d.Action != ActionHold {
-				t.Fatalf("first step: got %s %q (%s); want a hold (current %+v)", d.Action, d.Blocked, d.Reason, d.Current)
-			}
-		}
-		return d
+		return runKVRamp(t, lead, []int64{first, second}, 5*sec)
 	}
 	d := run(t, 15, capTok/5, capTok*55/100)
 	if d.Action != ActionMove || d.Direction != "prefill_to_decode" || !d.KVExhaustion || len(d.Moves) < 2 {
@@ -336,6 +317,49 @@ func TestKVExhaustionProjectedMovesDecode(t *testing.T) {
 			t.Fatalf("%s: got %s %q (%s) kv_exhaustion %v; want a hold", tc.name, d.Action, d.Blocked, d.Reason, d.KVExhaustion)
 		}
 	}
+}
+
+// TestKVExhaustionProjectedAtSubSecondSteps: the same ramp seen by a
+// controller stepping every 250 ms (21 steps over 5 s) is projected too:
+// the KV history spans the 5 s slope whatever the step.
+func TestKVExhaustionProjectedAtSubSecondSteps(t *testing.T) {
+	const capTok = 66144
+	var ramp []int64
+	for i := 0; i <= 20; i++ {
+		ramp = append(ramp, capTok/5+int64(i)*(capTok*35/100)/20)
+	}
+	d := runKVRamp(t, 15, ramp, sec/4)
+	if d.Action != ActionMove || d.Direction != "prefill_to_decode" || !d.KVExhaustion {
+		t.Fatalf("got %s %q (%s) kv_exhaustion %v; want a prefill->decode move from the projection", d.Action, d.Blocked, d.Reason, d.KVExhaustion)
+	}
+}
+
+// runKVRamp steps a 6:2 controller with light decode-heavy demand once per
+// stepNs, its decode engines reporting the given resident KV in turn
+// (capacity 66144 each), and returns the last decision; every earlier one
+// must hold.
+func runKVRamp(t *testing.T, lead float64, kvs []int64, stepNs int64) Decision {
+	t.Helper()
+	cfg := testConfig()
+	cfg.KVLeadS = lead
+	c := newTestController(t, cfg, 6, 2)
+	in := Inputs{Arrivals: steady(256, 512, 2), Outputs: &fakeHistory{}}
+	var d Decision
+	for i, kv := range kvs {
+		now := t0 + int64(i)*stepNs
+		for _, e := range c.Engines() {
+			if e.Role == RoleDecode {
+				if err := c.UpdateEngine(e.ID, now, Resident{DecodeSeqs: 20, KVTokens: kv}, 66144, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		d = c.Step(now, in)
+		if i < len(kvs)-1 && d.Action != ActionHold {
+			t.Fatalf("step %d: got %s %q (%s); want a hold (current %+v)", i, d.Action, d.Blocked, d.Reason, d.Current)
+		}
+	}
+	return d
 }
 
 // TestMeasuredPrefillBacklogWaivesHysteresis: a move toward prefill whose
