@@ -109,3 +109,21 @@ func TestSteadyMixDoesNotOscillate(t *testing.T) {
 		}
 	}
 }
+
+// TestReversalsAndQuickReversals: a move toward the role the previous
+// move left is a reversal; within 60 s of it, a quick one.
+func TestReversalsAndQuickReversals(t *testing.T) {
+	s := &simulator{}
+	for _, m := range []struct {
+		atS float64
+		to  controller.Role
+	}{{0, controller.RolePrefill}, {5, controller.RolePrefill}, {30, controller.RoleDecode}, {200, controller.RolePrefill}, {259, controller.RoleDecode}, {400, controller.RoleDecode}} {
+		s.now = int64(m.atS * 1e9)
+		s.noteMove(m.to)
+	}
+	// reversals at 30 s (25 s after the last move: quick), 200 s (170 s
+	// after), 259 s (59 s after: quick)
+	if s.reversals != 3 || s.quickRevs != 2 {
+		t.Fatalf("reversals %d, quick %d; want 3 and 2", s.reversals, s.quickRevs)
+	}
+}

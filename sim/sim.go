@@ -58,7 +58,9 @@ type simulator struct {
 	outstanding int
 	moves       int
 	reversals   int
+	quickRevs   int // reversals within quickReversalNs of the move they reverse
 	lastMoveTo  controller.Role
+	lastMoveNs  int64
 	stats       stats
 	events      uint64
 	tokenizeNs  int64
@@ -190,9 +192,17 @@ func (s *simulator) run(ctx context.Context) error {
 func (s *simulator) noteMove(to controller.Role) {
 	if s.lastMoveTo != controller.RoleNone && to != s.lastMoveTo {
 		s.reversals++
+		if s.now-s.lastMoveNs < quickReversalNs {
+			s.quickRevs++
+		}
 	}
-	s.lastMoveTo = to
+	s.lastMoveTo, s.lastMoveNs = to, s.now
 }
+
+// quickReversalNs: a reversal within this of the move it reverses is
+// quick (one dwell of the controller's defaults: the same engine cannot
+// have come back, so it is another engine undoing the last move).
+const quickReversalNs = int64(60e9)
 
 // expireAll ends every request still in the system at the drain limit.
 func (s *simulator) expireAll() {

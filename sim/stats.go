@@ -138,7 +138,9 @@ type Result struct {
 	Moves          int     `json:"moves"`
 	// Reversals counts moves in the opposite direction of the move before
 	// (prefill→decode after decode→prefill or back): oscillation shows here.
-	Reversals          int           `json:"reversals"`
+	Reversals int `json:"reversals"`
+	// QuickReversals: reversals within 60 s of the move they reverse.
+	QuickReversals     int           `json:"quick_reversals"`
 	MeanPrefillEngines float64       `json:"mean_prefill_engines"`
 	MeanDecodeEngines  float64       `json:"mean_decode_engines"`
 	TTFTP50S           float64       `json:"ttft_p50_s"`
@@ -175,18 +177,19 @@ type Split struct {
 func (s *simulator) result() *Result {
 	st := &s.stats
 	res := &Result{
-		Policy:       s.pol.name(),
-		Engines:      len(s.eng),
-		Profile:      s.prof.Name,
-		Requests:     len(s.reqs),
-		Moves:        s.moves,
-		Reversals:    s.reversals,
-		TraceSeconds: float64(st.spanNs) / 1e9,
-		SimSeconds:   float64(s.now-s.base) / 1e9,
-		Events:       s.events,
-		WallSeconds:  float64(st.wallNs) / 1e9,
-		TTFTSLOS:     st.ttftSLOS,
-		TPOTSLOS:     st.tpotSLOS,
+		Policy:         s.pol.name(),
+		Engines:        len(s.eng),
+		Profile:        s.prof.Name,
+		Requests:       len(s.reqs),
+		Moves:          s.moves,
+		Reversals:      s.reversals,
+		QuickReversals: s.quickRevs,
+		TraceSeconds:   float64(st.spanNs) / 1e9,
+		SimSeconds:     float64(s.now-s.base) / 1e9,
+		Events:         s.events,
+		WallSeconds:    float64(st.wallNs) / 1e9,
+		TTFTSLOS:       st.ttftSLOS,
+		TPOTSLOS:       st.tpotSLOS,
 	}
 	var both, ttftN, tpotN int
 	ttfts := make([]float64, 0, len(s.reqs))

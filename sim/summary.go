@@ -22,7 +22,7 @@ func WriteSummary(w io.Writer, res *Result) error {
 		{"goodput", fmt.Sprintf("%.3f req/s", res.GoodputRPS)},
 		{"TTFT p50 / p90", fmt.Sprintf("%.3fs / %.3fs", res.TTFTP50S, res.TTFTP90S)},
 		{"TPOT p50 / p90", fmt.Sprintf("%.4fs / %.4fs", res.TPOTP50S, res.TPOTP90S)},
-		{"moves", fmt.Sprintf("%d (%d reversals)", res.Moves, res.Reversals)},
+		{"moves", fmt.Sprintf("%d (%d reversals, %d within 60 s)", res.Moves, res.Reversals, res.QuickReversals)},
 		{"mean engines", fmt.Sprintf("prefill %.2f, decode %.2f", res.MeanPrefillEngines, res.MeanDecodeEngines)},
 		{"simulated", fmt.Sprintf("%.0fs of trace (%.0fs to drain), %d events, %.2fs wall", res.TraceSeconds, res.SimSeconds, res.Events, res.WallSeconds)},
 	}
