@@ -114,6 +114,18 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "burst_arrivals") {
 		t.Fatalf("infinite burst_arrivals must be refused; got %v", err)
 	}
+	for _, v := range []float64{-1, math.NaN(), 3601} {
+		c = DefaultConfig()
+		c.KVLeadS = v
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "controller.kv_lead_s must be in [0, 3600]") {
+			t.Fatalf("kv_lead_s %v must be refused; got %v", v, err)
+		}
+	}
+	c = DefaultConfig()
+	c.KVLeadS = 0
+	if err := c.Validate(); err != nil {
+		t.Fatalf("kv_lead_s 0 (off) must be accepted; got %v", err)
+	}
 }
 
 func TestRoleTableReadAllocs(t *testing.T) {
