@@ -454,26 +454,22 @@ func (c *Controller) recordKV(nowNs int64, kv float64) {
 // rate over the last kvSlopeNs, reaches limit within leadNs while growing
 // by at least kvLeadGrowth of limit.
 func (c *Controller) kvExhaustsWithin(nowNs int64, limit float64, leadNs int64) bool {
-	n := min(c.kvN, kvHistCap)
-	if n < 2 || limit <= 0 {
+	if c.kvN < 2 || limit <= 0 {
 		return false
 	}
 	cur := c.kvHist[(c.kvN-1)%kvHistCap]
-	var old kvSample
-	found := false
-	for i := 2; i <= n; i++ {
-		e := c.kvHist[(c.kvN-i)%kvHistCap]
-		if e.atNs <= nowNs-kvSlopeNs {
-			old, found = e, true
-			break
+	for i := 2; i <= min(c.kvN, kvHistCap); i++ {
+		old := c.kvHist[(c.kvN-i)%kvHistCap]
+		if old.atNs > nowNs-kvSlopeNs {
+			continue
 		}
+		if cur.kv <= old.kv {
+			return false
+		}
+		grow := (cur.kv - old.kv) / float64(cur.atNs-old.atNs) * float64(leadNs)
+		return cur.kv+grow >= limit && grow >= kvLeadGrowth*limit
 	}
-	if !found || cur.atNs <= old.atNs || cur.kv <= old.kv {
-		return false
-	}
-	rate := (cur.kv - old.kv) / float64(cur.atNs-old.atNs) // tokens per ns
-	grow := rate * float64(leadNs)
-	return cur.kv+grow >= limit && grow >= kvLeadGrowth*limit
+	return false // no sample kvSlopeNs old yet
 }
 
 // minLoadSeqs: resident sequences per decode engine needed before the

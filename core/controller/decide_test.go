@@ -32,13 +32,7 @@ func TestRecoveryDecisions(t *testing.T) {
 	run := func(np, nd int, queued, running float64, wantBasis string, wantRatio float64) Decision {
 		t.Helper()
 		c := newTestController(t, testConfig(), np, nd)
-		for _, e := range c.Engines() {
-			if e.Role == RolePrefill {
-				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: queued, RunningPrefillS: running}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: queued, RunningPrefillS: running}, 66144)
 		in := Inputs{Arrivals: steady(1024, 16, 1), Outputs: &fakeHistory{}} // priced part: light
 		in.PendingUnsized = 3
 		in.ObservedPrefill = PhaseObservation{Count: 50, Mean: 0.75, Max: 2}
@@ -425,13 +419,7 @@ func TestFarOverPhaseStillRanksSplits(t *testing.T) {
 	// 2× the SLO with any number of prefill engines.
 	in := Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}}
 	c := newTestController(t, testConfig(), 4, 4)
-	for _, e := range c.Engines() {
-		if e.Role == RolePrefill {
-			if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 10}, 66144, true); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: 10}, 66144)
 	s := c.Snapshot(t0, in)
 	for j := 0; j < s.MaxMoves()-1; j++ { // the last split has no decode engine
 		a, b := s.Split(j), s.Split(j+1)
@@ -533,13 +521,7 @@ func TestDecodeLoadCorrection(t *testing.T) {
 	in := Inputs{Arrivals: steady(256, 512, 5), Outputs: &fakeHistory{}, ObservedDecode: PhaseObservation{Count: 50, Mean: 0.4, Max: 0.5}}
 	setup := func(seqs int64) (*Controller, *Profile) {
 		c := newTestController(t, testConfig(), 4, 4)
-		for _, e := range c.Engines() {
-			if e.Role == RoleDecode {
-				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: seqs, KVTokens: seqs * 600}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: seqs, KVTokens: seqs * 600}, 66144)
 		ps := BuiltinProfiles()
 		i, ok := ps.Lookup("facebook/opt-13b", "A100-80GB")
 		if !ok {

@@ -203,13 +203,7 @@ func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 		if err := c.UpsertEngine(Engine{ID: "x-moving", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: from, State: StateDraining, TargetRole: tc.target, Live: true}); err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range c.Engines() {
-			if e.Role == RolePrefill && e.State == StateServing {
-				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: 2}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: 2}, 66144)
 		d := c.Step(t0, Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}})
 		moved := d.Action == ActionMove && len(d.Moves) > 0 && d.Moves[0].To == RolePrefill
 		if moved != tc.want || (!tc.want && d.Blocked != GateLiveAvailability) {
@@ -230,13 +224,7 @@ func TestMeasuredPrefillBacklogWaivesOpenEvidence(t *testing.T) {
 		move   bool
 	}{{"no measured queue", 0, false}, {"queue under the SLO", 0.2, false}, {"queue past the SLO", 0.5, true}} {
 		c := newTestController(t, testConfig(), 4, 4)
-		for _, e := range c.Engines() {
-			if e.Role == RolePrefill {
-				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: tc.queued}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: tc.queued}, 66144)
 		in := d2pInputs()
 		in.Arrivals.(*fakeHistory).ev = buckets.Evidence{SpanNs: 30 * sec, Observations: 5, Buckets: 30}
 		d := c.Step(t0, in)
@@ -267,13 +255,7 @@ func TestMeasuredDecodeKVConfirmsDeficit(t *testing.T) {
 		if full {
 			kv = 56222 // 0.85 of 66144
 		}
-		for _, e := range c.Engines() {
-			if e.Role == RoleDecode {
-				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: 40, KVTokens: kv}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 40, KVTokens: kv}, 66144)
 		in := Inputs{Arrivals: steady(256, 512, 15), Outputs: &fakeHistory{}}
 		d := c.Step(t0, in)
 		if d.Action != ActionMove || d.Direction != "prefill_to_decode" {
@@ -347,13 +329,7 @@ func runKVRamp(t *testing.T, lead float64, kvs []int64, stepNs int64) Decision {
 	var d Decision
 	for i, kv := range kvs {
 		now := t0 + int64(i)*stepNs
-		for _, e := range c.Engines() {
-			if e.Role == RoleDecode {
-				if err := c.UpdateEngine(e.ID, now, Resident{DecodeSeqs: 20, KVTokens: kv}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RoleDecode, now, Resident{DecodeSeqs: 20, KVTokens: kv}, 66144)
 		d = c.Step(now, in)
 		if i < len(kvs)-1 && d.Action != ActionHold {
 			t.Fatalf("step %d: got %s %q (%s); want a hold (current %+v)", i, d.Action, d.Blocked, d.Reason, d.Current)
@@ -374,13 +350,7 @@ func TestMeasuredPrefillBacklogWaivesHysteresis(t *testing.T) {
 		cfg := testConfig()
 		cfg.HysteresisMargin = 100 // every improvement is within it
 		c := newTestController(t, cfg, 4, 4)
-		for _, e := range c.Engines() {
-			if e.Role == RolePrefill {
-				if err := c.UpdateEngine(e.ID, t0, Resident{QueuedPrefillS: tc.queued}, 66144, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: tc.queued}, 66144)
 		d := c.Step(t0, d2pInputs())
 		if !(d.Improvement > 0) {
 			t.Fatalf("%s: scenario needs a positive improvement; got %v", tc.name, d.Improvement)

@@ -85,3 +85,16 @@ func addEngines(t testing.TB, c *Controller, np, nd int) {
 		}
 	}
 }
+
+// setResident reports r as the resident work of every serving engine in
+// role at nowNs, with KV capacity capTok tokens each.
+func setResident(t testing.TB, c *Controller, role Role, nowNs int64, r Resident, capTok int64) {
+	t.Helper()
+	for _, e := range c.Engines() {
+		if e.Role == role && e.State == StateServing {
+			if err := c.UpdateEngine(e.ID, nowNs, r, capTok, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -5,17 +5,19 @@ import (
 	_ "unsafe" // for go:linkname
 )
 
-// procPin and procUnpin are the runtime's own per-P pinning, exported to
+// ProcPin and ProcUnpin are the runtime's own per-P pinning, exported to
 // packages by name (see the comment at runtime.procPin and go.dev/issue/67401:
 // "Do not remove or change the type signature"). We only read the P's id as
 // a hint and unpin at once: correctness never depends on it, since every
-// counter is updated with atomic operations.
+// counter is updated with atomic operations. Stripe uses them; a hot path
+// that inlines Stripe by hand (History.Record: a call fewer, since Stripe's
+// pid cannot be inlined) reads ProcPin()&mask and calls ProcUnpin at once.
 //
-//go:linkname procPin runtime.procPin
-func procPin() int
+//go:linkname ProcPin runtime.procPin
+func ProcPin() int
 
-//go:linkname procUnpin runtime.procUnpin
-func procUnpin()
+//go:linkname ProcUnpin runtime.procUnpin
+func ProcUnpin()
 
 // MaxStripes caps the number of stripes of a striped counter.
 const MaxStripes = 8
@@ -53,20 +55,10 @@ func Stripe(mask int) int {
 }
 
 func pid() int {
-	id := procPin()
-	procUnpin()
+	id := ProcPin()
+	ProcUnpin()
 	return id
 }
-
-// ProcPin and ProcUnpin are procPin and procUnpin for hot paths that
-// inline Stripe by hand (a call fewer than Stripe's pid): the caller reads
-// ProcPin()&mask and calls ProcUnpin at once.
-//
-//go:linkname ProcPin runtime.procPin
-func ProcPin() int
-
-//go:linkname ProcUnpin runtime.procUnpin
-func ProcUnpin()
 
 // Pad fills the rest of a cache line (two lines, against adjacent-line
 // prefetch) after a hot word.
