@@ -70,6 +70,11 @@
 //     switching.
 //   - threshold: see thresholdPolicy; static-best runs P = 1..N−1 (two at a
 //     time) and keeps the best attainment.
+//   - scheduled:P@T, a timing oracle (scheduledPolicy): from the initial
+//     split, every engine needed to reach P prefill engines starts its
+//     move at T seconds, all at once. With T at a burst's first arrival
+//     and P static-best's split, it bounds what any reactive controller
+//     can attain from the same start, switch time and drains.
 //
 // # Library use (the demo main job)
 //
@@ -80,8 +85,8 @@
 // every decision. BundledTrace returns the embedded Azure code trace. To
 // replay again against the same core, set Config.StartUnixNs past the
 // previous run's end (StartUnixNs + Result.SimSeconds): the core's clock
-// must not go backwards. The initial split of narwhal and threshold is
-// Engines/2 prefill unless InitialPrefill says otherwise.
+// must not go backwards. The initial split of narwhal, threshold and
+// scheduled is Engines/2 prefill unless InitialPrefill says otherwise.
 //
 // # Concurrency and allocation
 //

@@ -172,3 +172,49 @@ func (tp *thresholdPolicy) start(s *simulator, i int, to controller.Role, now in
 	tp.refresh(s)
 	return 1
 }
+
+// scheduledPolicy is a timing oracle: it starts at the initial split and,
+// at a fixed time from the workload start, moves every engine needed to
+// reach its target split at once (each engine drains, then switches like
+// any other move), then holds. Run at the moment a trace's first burst
+// begins, with static-best's split as the target, it bounds what any
+// reactive controller could attain from the same initial split: none can
+// act before the burst is seen, nor move more engines at once.
+type scheduledPolicy struct {
+	noCore
+	rolesFromEngines
+	target  int
+	atNs    int64 // from the workload start
+	done    bool
+	stepNsV int64
+}
+
+func (sp *scheduledPolicy) name() string             { return "scheduled" }
+func (sp *scheduledPolicy) init(s *simulator) error  { sp.refresh(s); return nil }
+func (sp *scheduledPolicy) prefill(*simulator) []int { return sp.p }
+func (sp *scheduledPolicy) decode(*simulator) []int  { return sp.d }
+func (sp *scheduledPolicy) stepNs() int64            { return sp.stepNsV }
+
+func (sp *scheduledPolicy) moveDone(s *simulator, _ *engine, _ int64) { sp.refresh(s) }
+
+func (sp *scheduledPolicy) step(s *simulator, now int64) int {
+	if sp.done || now-s.base < sp.atNs {
+		return 0
+	}
+	sp.done = true
+	from, to := sp.d, controller.RolePrefill
+	n := sp.target - len(sp.p)
+	if n < 0 {
+		from, to, n = sp.p, controller.RoleDecode, -n
+	}
+	idx := append([]int(nil), from[:min(n, len(from))]...)
+	moved := 0
+	for _, i := range idx {
+		if s.eng[i].startMove(to) == nil {
+			s.noteMove(to)
+			moved++
+		}
+	}
+	sp.refresh(s)
+	return moved
+}

@@ -179,8 +179,24 @@ func parsePolicy(p string, engines int) (string, int, error) {
 			return "", 0, fmt.Errorf("sim: policy %q: want static:P with 1 ≤ P ≤ %d: %w", p, engines-1, ErrBadConfig)
 		}
 		return "static", n, nil
+	case strings.HasPrefix(p, "scheduled:"):
+		n, _, err := parseScheduled(p, engines)
+		return "scheduled", n, err
 	}
-	return "", 0, fmt.Errorf("sim: policy %q: want narwhal, static:P, static-best or threshold: %w", p, ErrBadConfig)
+	return "", 0, fmt.Errorf("sim: policy %q: want narwhal, static:P, static-best, threshold or scheduled:P@T: %w", p, ErrBadConfig)
+}
+
+// parseScheduled reads scheduled:P@T (P prefill engines from T seconds
+// after the workload start).
+func parseScheduled(p string, engines int) (int, float64, error) {
+	spec := strings.TrimPrefix(p, "scheduled:")
+	ps, ts, ok := strings.Cut(spec, "@")
+	n, errP := strconv.Atoi(ps)
+	t, errT := strconv.ParseFloat(ts, 64)
+	if !ok || errP != nil || errT != nil || n < 1 || n >= engines || !(t >= 0) || math.IsInf(t, 0) || t > 1e7 {
+		return 0, 0, fmt.Errorf("sim: policy %q: want scheduled:P@T with 1 ≤ P ≤ %d and 0 ≤ T ≤ 1e7 seconds: %w", p, engines-1, ErrBadConfig)
+	}
+	return n, t, nil
 }
 
 // Run simulates the workload reqs (see Workload) under cfg. The requests
@@ -212,6 +228,9 @@ func Run(ctx context.Context, cfg Config, reqs []Request, opts ...Option) (*Resu
 		pol = &staticPolicy{split: p, stepNsV: int64(cfg.StepS * 1e9)}
 	case "threshold":
 		pol = &thresholdPolicy{stepNsV: int64(cfg.StepS * 1e9), cooldownNs: int64(cfg.CooldownS * 1e9)}
+	case "scheduled":
+		_, at, _ := parseScheduled(cfg.Policy, cfg.Engines)
+		pol = &scheduledPolicy{target: p, atNs: int64(at * 1e9), stepNsV: int64(cfg.StepS * 1e9)}
 	case "narwhal":
 		pol = &narwhalPolicy{}
 	}

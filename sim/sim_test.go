@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"testing"
 
@@ -302,5 +303,54 @@ func TestSplitwiseProfilesMatchMeasuredMedians(t *testing.T) {
 	}
 	if got := float64(p.DecodeStepNs(32, 32*(512+64))) / 1e6; math.Abs(got-38.619)/38.619 > 0.15 {
 		t.Fatalf("decode batch 32: got %.1f ms; want 38.6 ms ±15%%", got)
+	}
+}
+
+// The timing oracle moves every engine it needs at its time, not before,
+// and the switched engines serve in their new role afterwards.
+func TestScheduledPolicyMovesAllEnginesAtItsTime(t *testing.T) {
+	cfg := testConfig("scheduled:5@5", 6)
+	cfg.InitialPrefill = 3
+	cfg.SwitchS = 1
+	cfg.SampleS = 1
+	reqs := make([]Request, 300)
+	for i := range reqs {
+		reqs[i] = Request{ArrivalNs: int64(i) * 100e6, InputTokens: int64(100 + i%400), OutputTokens: int64(2 + i%8)}
+	}
+	r, err := Run(context.Background(), cfg, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Moves != 2 || r.Reversals != 0 {
+		t.Fatalf("moves %d, reversals %d; want 2 moves (3 -> 5 prefill), no reversal", r.Moves, r.Reversals)
+	}
+	if len(r.Series) < 25 {
+		t.Fatalf("series has %d points; want ≥ 25 one-second samples", len(r.Series))
+	}
+	for _, p := range r.Series[:5] {
+		if p.PrefillEngines != 3 || p.DecodeEngines != 3 {
+			t.Fatalf("at %v s: %v prefill / %v decode; want 3 / 3 before the scheduled time", p.TS, p.PrefillEngines, p.DecodeEngines)
+		}
+	}
+	for _, p := range r.Series[10:25] {
+		if p.PrefillEngines != 5 || p.DecodeEngines != 1 {
+			t.Fatalf("at %v s: %v prefill / %v decode; want 5 / 1 once the switch is done", p.TS, p.PrefillEngines, p.DecodeEngines)
+		}
+	}
+	if r.Completed != len(reqs) {
+		t.Fatalf("%d of %d requests completed", r.Completed, len(reqs))
+	}
+}
+
+func TestScheduledPolicyRejectsBadSpecs(t *testing.T) {
+	for _, p := range []string{"scheduled:0@1", "scheduled:6@1", "scheduled:3@-1", "scheduled:3@NaN", "scheduled:3@Inf", "scheduled:3", "scheduled:x@1", "scheduled:3@1e9"} {
+		cfg := testConfig(p, 6)
+		if _, err := cfg.Normalize(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("policy %q: err %v; want ErrBadConfig", p, err)
+		}
+	}
+	cfg := testConfig("scheduled:3@0.5", 6)
+	if _, err := cfg.Normalize(); err != nil {
+		t.Errorf("scheduled:3@0.5: %v", err)
 	}
 }
