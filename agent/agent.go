@@ -61,6 +61,7 @@ type engineState struct {
 	deadAtNs   int64 // exit / port close seen at; 0 none
 	deadReason string
 	limit      engine.KVLimit
+	sock       liveness.Socket // the watched listener (Port 0: none)
 }
 
 // Agent collects one node's engine facts and streams them to the core.
@@ -78,7 +79,7 @@ type Agent struct {
 	mu         sync.Mutex
 	engines    []*engineState
 	byPID      map[int32]*engineState
-	byPort     map[uint16]*engineState
+	byPort     map[liveness.Socket]*engineState
 	gpus       []nvml.Device
 	lastSnapNs int64
 
@@ -97,7 +98,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, byPID: map[int32]*engineState{}, byPort: map[uint16]*engineState{}}
+	a := &Agent{cfg: cfg, byPID: map[int32]*engineState{}, byPort: map[liveness.Socket]*engineState{}}
 	for _, o := range opts {
 		o(a)
 	}
@@ -124,7 +125,10 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 			a.byPID[e.PID] = st
 		}
 		if e.Port > 0 {
-			a.byPort[e.Port] = st
+			if sock, ok := a.socketOf(e); ok {
+				st.sock = sock
+				a.byPort[sock] = st
+			}
 		}
 	}
 	if cfg.CoreURL != "" {
@@ -328,6 +332,33 @@ func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 	return r
 }
 
+// socketOf is the listener to watch for engine e: its port in the
+// namespace of its netns file, else of its PID, else in every namespace.
+// ok is false when the namespace cannot be read and another engine of
+// this node shares the port: watching it everywhere would mix the two.
+func (a *Agent) socketOf(e EngineConfig) (liveness.Socket, bool) {
+	path := e.NetNS
+	if path == "" && e.PID > 0 {
+		path = "/proc/" + strconv.Itoa(int(e.PID)) + "/ns/net"
+	}
+	if path != "" {
+		ns, err := liveness.NetNSOf(path)
+		if err == nil {
+			return liveness.Socket{NetNS: ns, Port: e.Port}, true
+		}
+		for _, o := range a.cfg.Engines {
+			if o.ID != e.ID && o.Port == e.Port && (o.Node == "" || o.Node == a.cfg.Node) {
+				a.log.Warn("engine port not watched: its network namespace is unreadable and another engine on this node uses the port",
+					"engine", e.ID, "port", e.Port, "netns", path, "err", err)
+				return liveness.Socket{}, false
+			}
+		}
+		a.log.Warn("engine network namespace unreadable; watching its port in every namespace",
+			"engine", e.ID, "port", e.Port, "netns", path, "err", err)
+	}
+	return liveness.Socket{Port: e.Port}, true
+}
+
 // HandleLiveness applies one watcher event: the engine is marked not live
 // at once and a liveness report is queued ahead of the next snapshot.
 func (a *Agent) HandleLiveness(ev liveness.Event) {
@@ -338,7 +369,9 @@ func (a *Agent) HandleLiveness(ev liveness.Event) {
 	case liveness.Exited:
 		e = a.byPID[ev.PID]
 	case liveness.PortClosed, liveness.PortOpened:
-		e = a.byPort[ev.Port]
+		if e = a.byPort[liveness.Socket{NetNS: ev.NetNS, Port: ev.Port}]; e == nil {
+			e = a.byPort[liveness.Socket{Port: ev.Port}] // watched in every namespace
+		}
 	}
 	if e == nil {
 		a.mu.Unlock()
@@ -439,8 +472,8 @@ func (a *Agent) Run(ctx context.Context) error {
 					a.log.Warn("cannot watch engine pid", "engine", e.cfg.ID, "pid", e.cfg.PID, "err", err)
 				}
 			}
-			if e.cfg.Port > 0 {
-				if err := a.watcher.WatchPort(e.cfg.Port); err != nil {
+			if e.sock.Port > 0 {
+				if err := a.watcher.WatchPort(e.sock); err != nil {
 					a.log.Warn("cannot watch engine port", "engine", e.cfg.ID, "port", e.cfg.Port, "err", err)
 				}
 			}

@@ -103,6 +103,118 @@ engines:
 	f(strings.Replace(good, "http://narwhal-core", "narwhal-core", 1), "core_url")
 	f(strings.Replace(good, "layers: 32", "layers: -1", 1), "engines[0].geometry")
 	f(good+"scrape_interval_s: -1\n", "scrape_interval_s = -1")
+	f(strings.Replace(good, "port: 8000", "port: 8000\n    netns: var/run/netns/x", 1), "engines[0].netns")
+	// a second engine on the same node and port: each must name its
+	// namespace
+	second := `  - id: e2
+    kind: vllm
+    metrics_url: http://127.0.0.1:8001/metrics
+    port: 8000
+`
+	f(good+second, "engines[1].port = 8000: shared with engines[0]")
+	f(good+second+"    pid: 77\n", "engines[1].port = 8000: shared with engines[0]")
+	f(strings.Replace(good, "port: 8000", "port: 8000\n    netns: /var/run/netns/a", 1)+second+"    pid: 77\n", "")
+	f(strings.Replace(good, "port: 8000", "port: 8000\n    node: n1", 1)+second+"    node: n2\n", "")
+}
+
+// fakeWatcher records registrations.
+type fakeWatcher struct {
+	pids  []int32
+	socks []liveness.Socket
+	ch    chan liveness.Event
+}
+
+func (f *fakeWatcher) WatchPID(pid int32) error          { f.pids = append(f.pids, pid); return nil }
+func (f *fakeWatcher) UnwatchPID(int32) error            { return nil }
+func (f *fakeWatcher) WatchPort(s liveness.Socket) error { f.socks = append(f.socks, s); return nil }
+func (f *fakeWatcher) UnwatchPort(liveness.Socket) error { return nil }
+func (f *fakeWatcher) Events() <-chan liveness.Event     { return f.ch }
+func (f *fakeWatcher) Source() string                    { return "fake" }
+func (f *fakeWatcher) Dropped() uint64                   { return 0 }
+func (f *fakeWatcher) Close() error                      { close(f.ch); return nil }
+
+// Two engines on one node listen on port 8000 in their own network
+// namespaces (pods): a port event goes to the engine of its namespace
+// only; an engine without a namespace takes its port from any.
+func TestPortEventsGoToTheEngineOfTheirNamespace(t *testing.T) {
+	dir := t.TempDir()
+	nsFile := func(name string) (string, uint32) {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ino, err := liveness.NetNSOf(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, ino
+	}
+	pa, nsA := nsFile("a")
+	pb, nsB := nsFile("b")
+	eng := func(id, netns string, port uint16) EngineConfig {
+		return EngineConfig{ID: id, Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", Port: port, NetNS: netns}
+	}
+	cfg := Config{Node: "n", Engines: []EngineConfig{eng("a", pa, 8000), eng("b", pb, 8000), eng("c", "", 9000)}}
+	w := &fakeWatcher{ch: make(chan liveness.Event)}
+	a, err := New(cfg, WithWatcher(w, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = a.Run(ctx) // registers the watches, then returns at once
+	want := []liveness.Socket{{NetNS: nsA, Port: 8000}, {NetNS: nsB, Port: 8000}, {Port: 9000}}
+	if len(w.socks) != len(want) {
+		t.Fatalf("watched %v; want %v", w.socks, want)
+	}
+	for i := range want {
+		if w.socks[i] != want[i] {
+			t.Fatalf("watched %v; want %v", w.socks, want)
+		}
+	}
+	dead := func() string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		var out []string
+		for _, e := range a.engines {
+			if e.deadAtNs != 0 {
+				out = append(out, e.cfg.ID)
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	a.HandleLiveness(liveness.Event{Kind: liveness.PortClosed, Port: 8000, NetNS: nsA + nsB + 1, AtNs: 1}) // a third pod
+	if got := dead(); got != "" {
+		t.Fatalf("another namespace's close marked %q dead", got)
+	}
+	a.HandleLiveness(liveness.Event{Kind: liveness.PortClosed, Port: 8000, NetNS: nsB, AtNs: 2})
+	if got := dead(); got != "b" {
+		t.Fatalf("dead after b's close: %q; want b", got)
+	}
+	a.HandleLiveness(liveness.Event{Kind: liveness.PortClosed, Port: 9000, NetNS: nsA, AtNs: 3})
+	if got := dead(); got != "b,c" {
+		t.Fatalf("dead after a close on c's port: %q; want b,c", got)
+	}
+}
+
+// A namespace that cannot be read: the port alone is watched, unless
+// another engine of the node shares it, and then it is not watched at all.
+func TestUnreadableNamespace(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone")
+	eng := func(id, netns string, port uint16) EngineConfig {
+		return EngineConfig{ID: id, Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", Port: port, NetNS: netns}
+	}
+	w := &fakeWatcher{ch: make(chan liveness.Event)}
+	a, err := New(Config{Node: "n", Engines: []EngineConfig{eng("a", missing, 8000), eng("b", missing, 8000), eng("c", missing, 9000)}}, WithWatcher(w, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = a.Run(ctx)
+	if len(w.socks) != 1 || w.socks[0] != (liveness.Socket{Port: 9000}) {
+		t.Fatalf("watched %v; want only port 9000 in every namespace", w.socks)
+	}
 }
 
 func TestEngineNodeFilter(t *testing.T) {

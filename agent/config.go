@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/narwhal-io/narwhal/agent/engine"
@@ -53,6 +54,13 @@ type EngineConfig struct {
 	// PID and Port are watched for liveness (0 = not watched).
 	PID  int32  `yaml:"pid"`
 	Port uint16 `yaml:"port"`
+	// NetNS is the file of the engine's network namespace (e.g.
+	// /var/run/netns/cni-..., or /proc/<pid>/ns/net), where Port is
+	// watched: pods on one node listen on the same port in their own
+	// namespaces. Empty: the namespace of PID when it is set and readable
+	// (reading another process's namespace needs ptrace read access to
+	// it), else the port in every namespace.
+	NetNS string `yaml:"netns"`
 	// GPUs are the engine's GPU UUIDs or NVML indices ("0").
 	GPUs    []string `yaml:"gpus"`
 	Model   string   `yaml:"model"`
@@ -160,6 +168,20 @@ func (c *Config) Validate() error {
 		}
 		if e.PID < 0 {
 			return bad(p+"pid", e.PID, "must be >= 0")
+		}
+		if e.NetNS != "" && !filepath.IsAbs(e.NetNS) {
+			return bad(p+"netns", e.NetNS, "must be an absolute path")
+		}
+		// Two engines that may share a node and a port must each name
+		// their namespace (a PID or netns): a watch of the port in every
+		// namespace would report one engine's listener as the other's.
+		for j, o := range c.Engines[:i] {
+			if o.Port == 0 || o.Port != e.Port || (o.Node != "" && e.Node != "" && o.Node != e.Node) {
+				continue
+			}
+			if (e.PID == 0 && e.NetNS == "") || (o.PID == 0 && o.NetNS == "") {
+				return bad(p+"port", e.Port, fmt.Sprintf("shared with engines[%d] on one node: set pid or netns on both", j))
+			}
 		}
 		if _, ok := controller.ParseRole(e.Role); !ok && e.Role != "" {
 			return bad(p+"role", e.Role, "must be prefill or decode")

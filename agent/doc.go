@@ -32,6 +32,14 @@
 //     seen since; a later successful scrape (engine restarted) makes it live
 //     again. A failed scrape makes the engine not live in the next
 //     snapshot, without an immediate event.
+//   - Ports and namespaces: an engine's port is watched in its network
+//     namespace (netns file, else its PID's), since pods on one node listen
+//     on the same port; a port event goes to the engine of its namespace,
+//     else to the engine watching the port in every namespace (no pid or
+//     netns). Two engines that may share a node and a port must each name
+//     their namespace (a config error otherwise); when a namespace cannot
+//     be read at start, a shared port is not watched at all (logged) rather
+//     than attributed to the wrong engine.
 //   - Epoch: the agent's start time in Unix ns (a restart gives a larger
 //     one; a clock stepped backwards across a restart would be refused by
 //     the core as stale until it passes the old epoch).

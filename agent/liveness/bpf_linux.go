@@ -112,7 +112,8 @@ func (b *BPF) read() {
 		raw.Kind = binary.NativeEndian.Uint32(rec.RawSample[8:])
 		raw.Pid = binary.NativeEndian.Uint32(rec.RawSample[12:])
 		raw.Port = binary.NativeEndian.Uint16(rec.RawSample[16:])
-		ev := Event{PID: int32(raw.Pid), Port: raw.Port, AtNs: int64(raw.TsNs) + b.monoOff}
+		raw.Netns = binary.NativeEndian.Uint32(rec.RawSample[28:])
+		ev := Event{PID: int32(raw.Pid), Port: raw.Port, NetNS: raw.Netns, AtNs: int64(raw.TsNs) + b.monoOff}
 		switch raw.Kind {
 		case bpfExit:
 			ev.Kind = Exited
@@ -148,17 +149,18 @@ func (b *BPF) UnwatchPID(pid int32) error {
 	return err
 }
 
-// WatchPort starts reporting port's listener transitions.
-func (b *BPF) WatchPort(port uint16) error {
-	if port == 0 {
+// WatchPort starts reporting the listener transitions of s (of its port
+// in every namespace when s.NetNS is 0).
+func (b *BPF) WatchPort(s Socket) error {
+	if s.Port == 0 {
 		return errors.New("liveness: port 0: must be > 0")
 	}
-	return b.objs.WatchedPorts.Put(port, uint8(1))
+	return b.objs.WatchedPorts.Put(livenessPortKey{Netns: s.NetNS, Port: s.Port}, uint8(1))
 }
 
-// UnwatchPort stops reporting port.
-func (b *BPF) UnwatchPort(port uint16) error {
-	err := b.objs.WatchedPorts.Delete(port)
+// UnwatchPort stops reporting s.
+func (b *BPF) UnwatchPort(s Socket) error {
+	err := b.objs.WatchedPorts.Delete(livenessPortKey{Netns: s.NetNS, Port: s.Port})
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
 	}

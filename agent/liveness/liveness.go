@@ -31,11 +31,24 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
+// Socket is a listening TCP port in one network namespace. NetNS is the
+// namespace's inode number (what readlink /proc/<pid>/ns/net shows as
+// net:[NetNS]; see NetNSOf); 0 matches the port in every namespace. Pods on
+// one node listen on the same port in their own namespaces, so an engine's
+// port is only its own together with its namespace.
+type Socket struct {
+	NetNS uint32
+	Port  uint16
+}
+
 // Event is one observed transition.
 type Event struct {
 	Kind EventKind
 	PID  int32
 	Port uint16
+	// NetNS is the namespace of a port event: the socket's own (eBPF) or
+	// the watch's (Proc; 0 for a watch of every namespace).
+	NetNS uint32
 	// AtNs is when it happened (Unix ns).
 	AtNs int64
 }
@@ -44,8 +57,8 @@ type Event struct {
 type Watcher interface {
 	WatchPID(pid int32) error
 	UnwatchPID(pid int32) error
-	WatchPort(port uint16) error
-	UnwatchPort(port uint16) error
+	WatchPort(s Socket) error
+	UnwatchPort(s Socket) error
 	// Events delivers transitions; closed by Close.
 	Events() <-chan Event
 	// Source is "ebpf" or "proc".

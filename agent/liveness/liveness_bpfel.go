@@ -22,7 +22,7 @@ type livenessEvent struct {
 	Family   uint16
 	Oldstate int32
 	Newstate int32
-	Pad      uint32
+	Netns    uint32
 }
 
 type livenessPidns struct {
@@ -31,17 +31,25 @@ type livenessPidns struct {
 	Ino uint64
 }
 
+type livenessPortKey struct {
+	_     structs.HostLayout
+	Netns uint32
+	Port  uint16
+	Pad   uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	livenessMapCfg          = "cfg"
-	livenessMapEvents       = "events"
-	livenessMapWatchedPids  = "watched_pids"
-	livenessMapWatchedPorts = "watched_ports"
-	livenessProgOnExit      = "on_exit"
-	livenessProgOnSockState = "on_sock_state"
-	livenessVarUnusedEvent  = "unused_event"
+	livenessMapCfg           = "cfg"
+	livenessMapEvents        = "events"
+	livenessMapWatchedPids   = "watched_pids"
+	livenessMapWatchedPorts  = "watched_ports"
+	livenessProgOnExit       = "on_exit"
+	livenessProgOnSockState  = "on_sock_state"
+	livenessVarUnusedEvent   = "unused_event"
+	livenessVarUnusedPortKey = "unused_port_key"
 )
 
 // loadLiveness returns the embedded CollectionSpec for liveness.
@@ -104,7 +112,8 @@ type livenessMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type livenessVariableSpecs struct {
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedPortKey *ebpf.VariableSpec `ebpf:"unused_port_key"`
 }
 
 // livenessObjects contains all objects after they have been loaded into the kernel.
@@ -146,7 +155,8 @@ func (m *livenessMaps) Close() error {
 //
 // It can be passed to loadLivenessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type livenessVariables struct {
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
+	UnusedPortKey *ebpf.Variable `ebpf:"unused_port_key"`
 }
 
 // livenessPrograms contains all programs after they have been loaded into the kernel.

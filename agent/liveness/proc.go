@@ -23,8 +23,8 @@ type Proc struct {
 	dropped atomic.Uint64
 
 	mu     sync.Mutex
-	pids   map[int32]bool // pid -> alive at the last poll
-	ports  map[uint16]bool
+	pids   map[int32]bool  // pid -> alive at the last poll
+	ports  map[Socket]bool // watched socket -> listening at the last poll
 	closed bool
 	once   sync.Once
 }
@@ -32,7 +32,7 @@ type Proc struct {
 // NewProc returns a watcher reading the proc filesystem at root, with an
 // event buffer of size buf.
 func NewProc(root string, buf int) *Proc {
-	return &Proc{root: root, events: make(chan Event, max(buf, 1)), pids: map[int32]bool{}, ports: map[uint16]bool{}}
+	return &Proc{root: root, events: make(chan Event, max(buf, 1)), pids: map[int32]bool{}, ports: map[Socket]bool{}}
 }
 
 // WatchPID starts watching pid; it is taken as alive if it is now.
@@ -54,22 +54,25 @@ func (p *Proc) UnwatchPID(pid int32) error {
 	return nil
 }
 
-// WatchPort starts watching port.
-func (p *Proc) WatchPort(port uint16) error {
-	if port == 0 {
+// WatchPort starts watching s. Proc reads the listening tables of its own
+// namespace and of the watched live PIDs' namespaces, so a port in another
+// namespace is seen once a PID living there is watched too (the agent
+// watches the engine's PID, whose namespace the socket names).
+func (p *Proc) WatchPort(s Socket) error {
+	if s.Port == 0 {
 		return errors.New("liveness: port 0: must be > 0")
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.ports[port] = p.listening()[port]
+	p.ports[s] = listeningOn(p.listening(), s)
 	return nil
 }
 
-// UnwatchPort stops watching port.
-func (p *Proc) UnwatchPort(port uint16) error {
+// UnwatchPort stops watching s.
+func (p *Proc) UnwatchPort(s Socket) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.ports, port)
+	delete(p.ports, s)
 	return nil
 }
 
@@ -130,15 +133,22 @@ func (p *Proc) Poll(nowNs int64) bool {
 	}
 	if len(p.ports) > 0 {
 		l := p.listening()
-		for _, port := range sortedKeys(p.ports) {
-			was, now := p.ports[port], l[port]
+		socks := make([]Socket, 0, len(p.ports))
+		for s := range p.ports {
+			socks = append(socks, s)
+		}
+		sort.Slice(socks, func(i, j int) bool {
+			return socks[i].Port < socks[j].Port || socks[i].Port == socks[j].Port && socks[i].NetNS < socks[j].NetNS
+		})
+		for _, s := range socks {
+			was, now := p.ports[s], listeningOn(l, s)
 			switch {
 			case was && !now:
-				p.emit(Event{Kind: PortClosed, Port: port, AtNs: nowNs})
+				p.emit(Event{Kind: PortClosed, Port: s.Port, NetNS: s.NetNS, AtNs: nowNs})
 			case !was && now:
-				p.emit(Event{Kind: PortOpened, Port: port, AtNs: nowNs})
+				p.emit(Event{Kind: PortOpened, Port: s.Port, NetNS: s.NetNS, AtNs: nowNs})
 			}
-			p.ports[port] = now
+			p.ports[s] = now
 		}
 	}
 	return true
@@ -171,28 +181,52 @@ func (p *Proc) alive(pid int32) bool {
 	return true
 }
 
-// listening returns the local ports in TCP LISTEN state, read from the
-// network namespaces of the watched live PIDs and of the agent itself.
-func (p *Proc) listening() map[uint16]bool {
-	out := map[uint16]bool{}
-	dirs := []string{filepath.Join(p.root, "net")}
+// listening returns the sockets in TCP LISTEN state, read from the network
+// namespaces of the agent itself and of the watched live PIDs; each table
+// is read once per namespace. A namespace whose inode cannot be read is
+// recorded as 0 (only a watch of every namespace matches it).
+func (p *Proc) listening() map[Socket]bool {
+	out := map[Socket]bool{}
+	dirs := []string{"self"}
 	for pid, alive := range p.pids {
 		if alive {
-			dirs = append(dirs, filepath.Join(p.root, strconv.Itoa(int(pid)), "net"))
+			dirs = append(dirs, strconv.Itoa(int(pid)))
 		}
 	}
+	seen := map[uint32]bool{}
 	for _, d := range dirs {
+		ns, err := NetNSOf(filepath.Join(p.root, d, "ns", "net"))
+		if err != nil {
+			ns = 0
+		} else if seen[ns] {
+			continue
+		} else {
+			seen[ns] = true
+		}
 		for _, f := range [...]string{"tcp", "tcp6"} {
-			readListen(filepath.Join(d, f), out)
+			readListen(filepath.Join(p.root, d, "net", f), ns, out)
 		}
 	}
 	return out
 }
 
+// listeningOn: s is listening in l (in any namespace when s.NetNS is 0).
+func listeningOn(l map[Socket]bool, s Socket) bool {
+	if s.NetNS != 0 {
+		return l[s]
+	}
+	for k := range l {
+		if k.Port == s.Port {
+			return true
+		}
+	}
+	return false
+}
+
 // readListen parses a /proc/net/tcp{,6} table: "sl local_address
 // rem_address st ..." with local_address "HEXADDR:HEXPORT" and st 0A =
 // LISTEN.
-func readListen(path string, out map[uint16]bool) {
+func readListen(path string, ns uint32, out map[Socket]bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return
@@ -215,12 +249,12 @@ func readListen(path string, out map[uint16]bool) {
 		}
 		port, err := strconv.ParseUint(string(fs[1][i+1:]), 16, 16)
 		if err == nil {
-			out[uint16(port)] = true
+			out[Socket{NetNS: ns, Port: uint16(port)}] = true
 		}
 	}
 }
 
-func sortedKeys[K int32 | uint16](m map[K]bool) []K {
+func sortedKeys[K int32](m map[K]bool) []K {
 	ks := make([]K, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

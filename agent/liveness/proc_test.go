@@ -38,13 +38,13 @@ func TestProcFallback(t *testing.T) {
 	root := t.TempDir()
 	write(t, filepath.Join(root, "123", "stat"), "123 (vllm (serve) x) S 1 123 123 0 -1 4194560 0\n")
 	write(t, filepath.Join(root, "123", "net", "tcp"), tcpListen8000)
-	write(t, filepath.Join(root, "net", "tcp6"), tcpHeader)
+	write(t, filepath.Join(root, "self", "net", "tcp6"), tcpHeader)
 	w := NewProc(root, 16)
 	if err := w.WatchPID(123); err != nil {
 		t.Fatal(err)
 	}
 	for _, port := range []uint16{8000, 8001} {
-		if err := w.WatchPort(port); err != nil {
+		if err := w.WatchPort(Socket{Port: port}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,5 +101,72 @@ func TestProcRealChild(t *testing.T) {
 	w.Poll(2)
 	if ev, ok := next(t, w); !ok || ev.Kind != Exited || ev.PID != int32(cmd.Process.Pid) {
 		t.Fatalf("unexpected event; got %+v (%v); want exit of %d", ev, ok, cmd.Process.Pid)
+	}
+}
+
+// Two engines listen on 8000 in their own namespaces (pods); a watch of one
+// namespace's 8000 sees only that namespace's listener. Namespace files are
+// plain files here: NetNSOf reads their inode, and a hard link is the same
+// namespace.
+func TestProcPortsByNamespace(t *testing.T) {
+	root := t.TempDir()
+	for _, pid := range []string{"123", "456"} {
+		write(t, filepath.Join(root, pid, "stat"), pid+" (vllm) S 1 1 1 0 -1 0 0\n")
+		write(t, filepath.Join(root, pid, "net", "tcp"), tcpListen8000)
+		write(t, filepath.Join(root, pid, "ns", "net"), "")
+	}
+	write(t, filepath.Join(root, "self", "net", "tcp"), tcpHeader)
+	if err := os.MkdirAll(filepath.Join(root, "self", "ns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// the agent shares 456's namespace (a host-network engine)
+	if err := os.Link(filepath.Join(root, "456", "ns", "net"), filepath.Join(root, "self", "ns", "net")); err != nil {
+		t.Fatal(err)
+	}
+	ns123, err := NetNSOf(filepath.Join(root, "123", "ns", "net"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns456, err := NetNSOf(filepath.Join(root, "456", "ns", "net"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns123 == ns456 {
+		t.Fatal("test setup: two files share an inode")
+	}
+	w := NewProc(root, 16)
+	for _, pid := range []int32{123, 456} {
+		if err := w.WatchPID(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WatchPort(Socket{NetNS: ns123, Port: 8000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WatchPort(Socket{Port: 8000}); err != nil { // every namespace
+		t.Fatal(err)
+	}
+	w.Poll(1)
+	if ev, ok := next(t, w); ok {
+		t.Fatalf("unexpected event with every listener up: %+v", ev)
+	}
+	// 456's listener closes: the watch of 123's namespace stays quiet, the
+	// watch of every namespace still sees 123's
+	write(t, filepath.Join(root, "456", "net", "tcp"), tcpHeader)
+	w.Poll(2)
+	if ev, ok := next(t, w); ok {
+		t.Fatalf("a close in another namespace was reported: %+v", ev)
+	}
+	// 123's closes: both watches report, each with its own namespace
+	write(t, filepath.Join(root, "123", "net", "tcp"), tcpHeader)
+	w.Poll(3)
+	want := []Event{{Kind: PortClosed, Port: 8000, NetNS: 0, AtNs: 3}, {Kind: PortClosed, Port: 8000, NetNS: ns123, AtNs: 3}}
+	for _, we := range want {
+		if got, ok := next(t, w); !ok || got != we {
+			t.Fatalf("unexpected event; got %+v (%v); want %+v", got, ok, we)
+		}
+	}
+	if ev, ok := next(t, w); ok {
+		t.Fatalf("unexpected extra event %+v", ev)
 	}
 }

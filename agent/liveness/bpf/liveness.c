@@ -7,10 +7,15 @@
  * they match what the agent sees in /proc.
  *
  * inet_sock_set_state: runs in softirq for many transitions (the current
- * task is meaningless), so it is keyed by the socket's local port (host
- * byte order). Only listener transitions are reported: LISTEN -> CLOSE
- * (the engine stopped accepting) and anything -> LISTEN (it started), so
- * accepted connections on the same port do not trigger. */
+ * task is meaningless), so it is keyed by the socket's network namespace
+ * (the inode number of its net namespace, as /proc/<pid>/ns/net shows it)
+ * and local port (host byte order): pods on one node listen on the same
+ * port in different namespaces. A watch with namespace 0 matches the port
+ * in every namespace. Only listener transitions are reported: LISTEN ->
+ * CLOSE (the engine stopped accepting) and anything else -> LISTEN (it
+ * started; an MPTCP listener also reports LISTEN -> LISTEN, skipped), so
+ * accepted connections on the same port do not trigger. An MPTCP listener
+ * is two sockets (the MPTCP one and its TCP subflow): each reports. */
 #include "liveness.h"
 
 #define TCP_CLOSE 7
@@ -28,7 +33,13 @@ struct event {
 	__u16 family;
 	__s32 oldstate;
 	__s32 newstate;
-	__u32 _pad;
+	__u32 netns;
+};
+
+struct port_key {
+	__u32 netns; /* 0: any namespace */
+	__u16 port;
+	__u16 _pad;
 };
 
 struct pidns {
@@ -46,7 +57,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
-	__type(key, __u16);
+	__type(key, struct port_key);
 	__type(value, __u8);
 } watched_ports SEC(".maps");
 
@@ -62,8 +73,10 @@ struct {
 	__uint(max_entries, 1 << 16);
 } events SEC(".maps");
 
-/* keeps struct event in BTF so bpf2go generates its Go twin */
+/* keep struct event and struct port_key in BTF so bpf2go generates their
+ * Go twins */
 const struct event *unused_event __attribute__((unused));
+const struct port_key *unused_port_key __attribute__((unused));
 
 SEC("raw_tracepoint/sched_process_exit")
 int on_exit(struct bpf_raw_tracepoint_args *ctx)
@@ -102,14 +115,23 @@ int on_sock_state(struct bpf_raw_tracepoint_args *ctx)
 	__u32 kind;
 	if (oldstate == TCP_LISTEN && newstate == TCP_CLOSE)
 		kind = EV_LISTEN_CLOSE;
-	else if (newstate == TCP_LISTEN)
+	else if (newstate == TCP_LISTEN && oldstate != TCP_LISTEN)
 		kind = EV_LISTEN_OPEN;
 	else
 		return 0;
 	__u16 port = 0, family = 0;
+	struct net *net = 0;
+	__u32 netns = 0;
 	CORE_READ(port, sk->__sk_common.skc_num);
-	if (!bpf_map_lookup_elem(&watched_ports, &port))
-		return 0;
+	CORE_READ(net, sk->__sk_common.skc_net.net);
+	if (net)
+		CORE_READ(netns, net->ns.inum);
+	struct port_key key = {.netns = netns, .port = port};
+	if (!bpf_map_lookup_elem(&watched_ports, &key)) {
+		key.netns = 0;
+		if (!bpf_map_lookup_elem(&watched_ports, &key))
+			return 0;
+	}
 	CORE_READ(family, sk->__sk_common.skc_family);
 	struct event ev = {};
 	ev.ts_ns = bpf_ktime_get_ns();
@@ -118,6 +140,7 @@ int on_sock_state(struct bpf_raw_tracepoint_args *ctx)
 	ev.family = family;
 	ev.oldstate = oldstate;
 	ev.newstate = newstate;
+	ev.netns = netns;
 	bpf_ringbuf_output(&events, &ev, sizeof(ev), 0);
 	return 0;
 }

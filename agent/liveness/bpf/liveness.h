@@ -24,9 +24,24 @@ enum {
 
 /* struct sock_common's local port (host byte order) and family live in
  * anonymous unions in the kernel; CO-RE matches them by name. */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+/* possible_net_t: a struct holding the socket's network namespace (with
+ * CONFIG_NET_NS, which every distribution kernel has). */
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
 struct sock_common {
 	unsigned short skc_family;
 	__u16 skc_num;
+	possible_net_t skc_net;
 } __attribute__((preserve_access_index));
 
 struct sock {
