@@ -1,3 +1,3 @@
 package liveness
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall" -target bpfel -type event -type port_key liveness bpf/liveness.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall" -target bpfel,bpfeb -type event -type port_key liveness bpf/liveness.c
