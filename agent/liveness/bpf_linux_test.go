@@ -56,10 +56,10 @@ func TestMain(m *testing.M) {
 
 const netnsChildEnv = "NARWHAL_LIVENESS_TEST_NETNS_PORT"
 
-// TestBPFExitAndPortClose is acceptance 4: a child listening on a loopback
-// port is registered and killed; the exit and the port close arrive within
-// 200 ms.
-func TestBPFExitAndPortClose(t *testing.T) {
+// loadBPF loads the watcher for a test, closed at its end; it skips the
+// test when not root or when the kernel refuses the program.
+func loadBPF(t *testing.T) *BPF {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("eBPF liveness test needs root (CI runs it as root)")
 	}
@@ -70,7 +70,15 @@ func TestBPFExitAndPortClose(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// TestBPFExitAndPortClose is acceptance 4: a child listening on a loopback
+// port is registered and killed; the exit and the port close arrive within
+// 200 ms.
+func TestBPFExitAndPortClose(t *testing.T) {
+	w := loadBPF(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
@@ -186,17 +194,7 @@ func listenInNewNetNS(t *testing.T, port int) uint32 {
 // namespace's listener, and a watch of every namespace reports each with
 // its own namespace.
 func TestBPFPortEventsKeepNamespacesApart(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("eBPF liveness test needs root (CI runs it as root)")
-	}
-	w, err := NewBPF(nil)
-	if err != nil {
-		if errors.Is(err, ErrUnsupported) {
-			t.Skipf("kernel refused the eBPF liveness program: %v", err)
-		}
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := loadBPF(t)
 	hostNS, err := NetNSOf("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
