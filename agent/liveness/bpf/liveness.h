@@ -22,8 +22,6 @@ enum {
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
-/* struct sock_common's local port (host byte order) and family live in
- * anonymous unions in the kernel; CO-RE matches them by name. */
 struct ns_common {
 	unsigned int inum;
 } __attribute__((preserve_access_index));
@@ -38,6 +36,8 @@ typedef struct {
 	struct net *net;
 } possible_net_t;
 
+/* struct sock_common's local port (host byte order) and family live in
+ * anonymous unions in the kernel; CO-RE matches them by name. */
 struct sock_common {
 	unsigned short skc_family;
 	__u16 skc_num;
