@@ -472,6 +472,15 @@ func (c *Controller) kvExhaustsWithin(nowNs int64, limit float64, leadNs int64) 
 	return false // no sample kvSlopeNs old yet
 }
 
+// decodeMeasuredShort: a measurement says the decode pool is short of its
+// target: observed TPOT past target_pressure of the SLO, resident KV past
+// target_pressure of the capacity, or resident KV projected to run out.
+func (s *Snapshot) decodeMeasuredShort(cur SplitScore, kvSoon bool, cfg Config) bool {
+	return kvSoon ||
+		s.ObservedDecode.Count >= cfg.MinObservations && s.ObservedDecode.Mean > cfg.TargetPressure ||
+		cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > cfg.TargetPressure*cur.KVCapacityTokens
+}
+
 // minLoadSeqs: resident sequences per decode engine needed before the
 // per-sequence cost is calibrated from observed TPOT (below it the fixed
 // step cost dominates and the estimate is noise).
@@ -574,6 +583,13 @@ func (c *Controller) decide(nowNs int64) Decision {
 		d.Reason = "current split scores best"
 	case max(cur.PrefillPressure, cur.DecodePressure) <= c.cfg.TargetPressure && !kvSoon:
 		d.Reason = "both phases within target pressure"
+	case best.Moves < 0 && s.Out.Reason == OutputsOverflow && !s.decodeMeasuredShort(cur, kvSoon, c.cfg):
+		// With overflow in the outputs history, decode is priced at the
+		// requested outputs and the default for unbounded ones: an upper
+		// bound, not an estimate. A move toward decode then waits for a
+		// measurement to say decode is short (observed TPOT, resident KV,
+		// its projected exhaustion).
+		d.Reason = "decode deficit predicted from unlearned outputs, not measured"
 	case !(improvement > c.cfg.HysteresisMargin) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
 		d.Reason = "improvement within hysteresis margin"
 	default:

@@ -363,3 +363,43 @@ func TestMeasuredPrefillBacklogWaivesHysteresis(t *testing.T) {
 		}
 	}
 }
+
+// TestOverflowedOutputsNeedMeasuredDecodeShortage: with overflow in the
+// outputs history, decode is priced at requested outputs (an upper bound),
+// so a move toward decode waits for a measurement: the same predicted
+// deficit holds while observed TPOT and resident KV are within target, and
+// moves once either is past it. With no outputs yet (nothing to learn
+// from), the prediction alone still moves.
+func TestOverflowedOutputsNeedMeasuredDecodeShortage(t *testing.T) {
+	const capTok = 66144
+	step := func(outputs *fakeHistory, kv int64, obs PhaseObservation) Decision {
+		t.Helper()
+		c := newTestController(t, testConfig(), 6, 2)
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 40, KVTokens: kv}, capTok)
+		return c.Step(t0, Inputs{Arrivals: steady(256, 512, 15), Outputs: outputs, ObservedDecode: obs})
+	}
+	overflowed := func() *fakeHistory {
+		return &fakeHistory{overflow: buckets.Cohort{Count: 3, MaxInput: 1024, MaxOutput: 900}}
+	}
+	d := step(overflowed(), capTok/2, PhaseObservation{})
+	if d.Action != ActionHold || d.Reason != "decode deficit predicted from unlearned outputs, not measured" {
+		t.Fatalf("unmeasured: got %s %q (%s) best %+v; want the unlearned-outputs hold", d.Action, d.Blocked, d.Reason, d.Best)
+	}
+	if d.Snapshot.Outputs.Reason != OutputsOverflow || d.Best.Moves >= 0 || d.Current.DecodePressure <= testConfig().TargetPressure {
+		t.Fatalf("scenario: outputs %+v, best %+v, current %+v; want overflowed outputs and a predicted decode deficit", d.Snapshot.Outputs, d.Best, d.Current)
+	}
+	for _, tc := range []struct {
+		name    string
+		outputs *fakeHistory
+		kv      int64
+		obs     PhaseObservation
+	}{
+		{"observed TPOT past target", overflowed(), capTok / 2, PhaseObservation{Count: 50, Mean: 0.9, Max: 1.2}},
+		{"resident KV past target", overflowed(), capTok * 85 / 100, PhaseObservation{}},
+		{"no outputs yet", &fakeHistory{}, capTok / 2, PhaseObservation{}},
+	} {
+		if d := step(tc.outputs, tc.kv, tc.obs); d.Action != ActionMove || d.Direction != "prefill_to_decode" {
+			t.Fatalf("%s: got %s %q (%s); want a prefill->decode move", tc.name, d.Action, d.Blocked, d.Reason)
+		}
+	}
+}

@@ -75,7 +75,8 @@ type OutputEstimate struct {
 	// observations); then Discount is 1 and UnboundedMean the configured
 	// default.
 	Learned bool `json:"learned"`
-	// Reason says why learning is off: "overflow", "no_observations".
+	// Reason says why learning is off: OutputsOverflow or
+	// OutputsNoObservations.
 	Reason string `json:"reason,omitempty"`
 	// Discount is Σactual / Σrequested over completed requests that gave a
 	// requested output (capped at 1).
@@ -313,6 +314,16 @@ func (m *moments) fill(h *HorizonDemand, fromNs, toNs int64) {
 	}
 }
 
+// Why output discounts are not learned (OutputEstimate.Reason).
+const (
+	// OutputsOverflow: the outputs history holds overflow (the spec turns
+	// learning off until it expires); requested outputs and the default
+	// unbounded mean stand in, which over-predict decode.
+	OutputsOverflow = "overflow"
+	// OutputsNoObservations: nothing has completed yet.
+	OutputsNoObservations = "no_observations"
+)
+
 // buildOutputEstimate learns output discounts from the outputs history
 // cells (Input = requested, Output = actual).
 func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, overflowRetained bool, defaultOut int64) OutputEstimate {
@@ -335,10 +346,10 @@ func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, overflowRetaine
 	e.Observations += w.Overflow.Count
 	switch {
 	case e.Overflow > 0 || overflowRetained:
-		e.Reason = "overflow"
+		e.Reason = OutputsOverflow
 		return e
 	case e.Observations == 0:
-		e.Reason = "no_observations"
+		e.Reason = OutputsNoObservations
 		return e
 	}
 	e.Learned = true
