@@ -78,6 +78,12 @@ type Config struct {
 	// BurstArrivals requests in the short window. 0 turns it off.
 	BurstPressure float64 `json:"burst_pressure" yaml:"burst_pressure"`
 	BurstArrivals float64 `json:"burst_arrivals" yaml:"burst_arrivals"`
+	// PredictionArrivals: with fewer requests than this in the short
+	// window, a predicted prefill deficit does not move an engine until
+	// the prefill pool measures a shortage (a queue past the TTFT SLO, or
+	// observed TTFT past target_pressure): a few arrivals are a few
+	// prompts' sizes. 0 turns it off.
+	PredictionArrivals float64 `json:"prediction_arrivals" yaml:"prediction_arrivals"`
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
 }
@@ -106,6 +112,7 @@ func DefaultConfig() Config {
 		MaxMovesPerStep:      4,
 		BurstPressure:        10,
 		BurstArrivals:        60,
+		PredictionArrivals:   60,
 		JournalRing:          1024,
 	}
 }
@@ -161,6 +168,8 @@ func (c Config) Validate() error {
 		return bad("burst_pressure", c.BurstPressure, ">= 0")
 	case !finite(c.BurstArrivals) || c.BurstArrivals < 0:
 		return bad("burst_arrivals", c.BurstArrivals, ">= 0")
+	case !finite(c.PredictionArrivals) || c.PredictionArrivals < 0:
+		return bad("prediction_arrivals", c.PredictionArrivals, ">= 0")
 	case c.JournalRing < 1:
 		return bad("journal_ring", c.JournalRing, ">= 1")
 	}

@@ -472,6 +472,14 @@ func (c *Controller) kvExhaustsWithin(nowNs int64, limit float64, leadNs int64) 
 	return false // no sample kvSlopeNs old yet
 }
 
+// prefillMeasuredShort: a measurement says the prefill pool is short of
+// its target: a queue past the TTFT SLO, or observed TTFT past
+// target_pressure of it.
+func (s *Snapshot) prefillMeasuredShort(cfg Config) bool {
+	return s.prefillBehind ||
+		s.ObservedPrefill.Count >= cfg.MinObservations && s.ObservedPrefill.Mean > cfg.TargetPressure
+}
+
 // decodeMeasuredShort: a measurement says the decode pool is short of its
 // target: observed TPOT past target_pressure of the SLO, resident KV past
 // target_pressure of the capacity, or resident KV projected to run out.
@@ -590,6 +598,11 @@ func (c *Controller) decide(nowNs int64) Decision {
 		// measurement to say decode is short (observed TPOT, resident KV,
 		// its projected exhaustion).
 		d.Reason = "decode deficit predicted from unlearned outputs, not measured"
+	case best.Moves > 0 && s.Short.Requests < c.cfg.PredictionArrivals && !s.prefillMeasuredShort(c.cfg):
+		// A prefill prediction from a few arrivals is a few prompts' sizes
+		// (Mooncake's reach 126k tokens): it moves an engine only once the
+		// prefill pool measures a shortage.
+		d.Reason = "prefill deficit predicted from few arrivals, not measured"
 	case !(improvement > c.cfg.HysteresisMargin) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
 		d.Reason = "improvement within hysteresis margin"
 	default:

@@ -403,3 +403,48 @@ func TestOverflowedOutputsNeedMeasuredDecodeShortage(t *testing.T) {
 		}
 	}
 }
+
+// TestFewArrivalsPrefillPredictionNeedsMeasurement: a prefill deficit
+// predicted from 40 arrivals in the short window (4 req/s of 1536-token
+// prompts on 1 prefill engine, pressure ≈ 2) holds until prefill measures
+// a shortage; a deficit predicted from 200 arrivals (d2p) moves at once,
+// and so does the few-arrivals one with observed TTFT past target, with a
+// queue past the SLO, or with prediction_arrivals 0.
+func TestFewArrivalsPrefillPredictionNeedsMeasurement(t *testing.T) {
+	few := func() Inputs { return Inputs{Arrivals: steady(1536, 16, 4), Outputs: &fakeHistory{}} }
+	c := newTestController(t, testConfig(), 1, 7)
+	d := c.Step(t0, few())
+	if d.Action != ActionHold || d.Reason != "prefill deficit predicted from few arrivals, not measured" {
+		t.Fatalf("few arrivals: got %s %q (%s) best %+v; want the few-arrivals hold", d.Action, d.Blocked, d.Reason, d.Best)
+	}
+	if d.Snapshot.Short.Requests >= testConfig().PredictionArrivals || d.Best.Moves <= 0 || d.Current.PrefillPressure <= testConfig().TargetPressure {
+		t.Fatalf("scenario: %v arrivals, best %+v, current %+v; want fewer than %v arrivals predicting a prefill deficit",
+			d.Snapshot.Short.Requests, d.Best, d.Current, testConfig().PredictionArrivals)
+	}
+	off := testConfig()
+	off.PredictionArrivals = 0
+	queued := few()
+	queued.ObservedPrefill = PhaseObservation{Count: 50, Mean: 0.9, Max: 1.5}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		in     Inputs
+		np, nd int
+		prep   func(c *Controller)
+	}{
+		{"many arrivals", testConfig(), d2pInputs(), 4, 4, nil},
+		{"observed TTFT past target", testConfig(), queued, 1, 7, nil},
+		{"queue past the SLO", testConfig(), few(), 1, 7, func(c *Controller) {
+			setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: 2}, 66144)
+		}},
+		{"prediction_arrivals 0", off, few(), 1, 7, nil},
+	} {
+		c := newTestController(t, tc.cfg, tc.np, tc.nd)
+		if tc.prep != nil {
+			tc.prep(c)
+		}
+		if d := c.Step(t0, tc.in); d.Action != ActionMove || d.Direction != "decode_to_prefill" {
+			t.Fatalf("%s: got %s %q (%s); want a decode->prefill move", tc.name, d.Action, d.Blocked, d.Reason)
+		}
+	}
+}

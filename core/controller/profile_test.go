@@ -114,6 +114,13 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "burst_arrivals") {
 		t.Fatalf("infinite burst_arrivals must be refused; got %v", err)
 	}
+	for _, v := range []float64{-1, math.NaN(), math.Inf(1)} {
+		c = DefaultConfig()
+		c.PredictionArrivals = v
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "controller.prediction_arrivals must be >= 0") {
+			t.Fatalf("prediction_arrivals %v must be refused; got %v", v, err)
+		}
+	}
 	for _, v := range []float64{-1, math.NaN(), 3601} {
 		c = DefaultConfig()
 		c.KVLeadS = v
