@@ -207,9 +207,8 @@ func (sp *scheduledPolicy) step(s *simulator, now int64) int {
 	if n < 0 {
 		from, to, n = sp.p, controller.RoleDecode, -n
 	}
-	idx := append([]int(nil), from[:min(n, len(from))]...)
 	moved := 0
-	for _, i := range idx {
+	for _, i := range from[:min(n, len(from))] { // from is rebuilt only by refresh, below
 		if s.eng[i].startMove(to) == nil {
 			s.noteMove(to)
 			moved++

@@ -125,7 +125,7 @@ func (c Config) Normalize() (Config, error) {
 	if _, err := LookupProfile(c.Profile); err != nil {
 		return c, err
 	}
-	if _, _, err := parsePolicy(c.Policy, c.Engines); err != nil {
+	if _, err := parsePolicy(c.Policy, c.Engines); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -167,36 +167,35 @@ func WithCoreReady(f func(*core.Core)) Option { return func(o *options) { o.core
 // WithProgress writes progress lines (at most one per second) to w.
 func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
 
-// parsePolicy returns the kind ("narwhal", "static", "static-best",
-// "threshold") and, for static, the prefill count.
-func parsePolicy(p string, engines int) (string, int, error) {
+// policySpec is a parsed Config.Policy: the kind ("narwhal", "static",
+// "static-best", "threshold", "scheduled"), the prefill count of static:P
+// and scheduled:P@T, and the time T of the latter.
+type policySpec struct {
+	kind    string
+	prefill int
+	atS     float64
+}
+
+func parsePolicy(p string, engines int) (policySpec, error) {
 	switch {
 	case p == "narwhal" || p == "threshold" || p == "static-best":
-		return p, 0, nil
+		return policySpec{kind: p}, nil
 	case strings.HasPrefix(p, "static:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(p, "static:"))
 		if err != nil || n < 1 || n >= engines {
-			return "", 0, fmt.Errorf("sim: policy %q: want static:P with 1 ≤ P ≤ %d: %w", p, engines-1, ErrBadConfig)
+			return policySpec{}, fmt.Errorf("sim: policy %q: want static:P with 1 ≤ P ≤ %d: %w", p, engines-1, ErrBadConfig)
 		}
-		return "static", n, nil
+		return policySpec{kind: "static", prefill: n}, nil
 	case strings.HasPrefix(p, "scheduled:"):
-		n, _, err := parseScheduled(p, engines)
-		return "scheduled", n, err
+		ps, ts, ok := strings.Cut(strings.TrimPrefix(p, "scheduled:"), "@")
+		n, errP := strconv.Atoi(ps)
+		t, errT := strconv.ParseFloat(ts, 64)
+		if !ok || errP != nil || errT != nil || n < 1 || n >= engines || !(t >= 0) || math.IsInf(t, 0) || t > 1e7 {
+			return policySpec{}, fmt.Errorf("sim: policy %q: want scheduled:P@T with 1 ≤ P ≤ %d and 0 ≤ T ≤ 1e7 seconds: %w", p, engines-1, ErrBadConfig)
+		}
+		return policySpec{kind: "scheduled", prefill: n, atS: t}, nil
 	}
-	return "", 0, fmt.Errorf("sim: policy %q: want narwhal, static:P, static-best, threshold or scheduled:P@T: %w", p, ErrBadConfig)
-}
-
-// parseScheduled reads scheduled:P@T (P prefill engines from T seconds
-// after the workload start).
-func parseScheduled(p string, engines int) (int, float64, error) {
-	spec := strings.TrimPrefix(p, "scheduled:")
-	ps, ts, ok := strings.Cut(spec, "@")
-	n, errP := strconv.Atoi(ps)
-	t, errT := strconv.ParseFloat(ts, 64)
-	if !ok || errP != nil || errT != nil || n < 1 || n >= engines || !(t >= 0) || math.IsInf(t, 0) || t > 1e7 {
-		return 0, 0, fmt.Errorf("sim: policy %q: want scheduled:P@T with 1 ≤ P ≤ %d and 0 ≤ T ≤ 1e7 seconds: %w", p, engines-1, ErrBadConfig)
-	}
-	return n, t, nil
+	return policySpec{}, fmt.Errorf("sim: policy %q: want narwhal, static:P, static-best, threshold or scheduled:P@T: %w", p, ErrBadConfig)
 }
 
 // Run simulates the workload reqs (see Workload) under cfg. The requests
@@ -214,23 +213,22 @@ func Run(ctx context.Context, cfg Config, reqs []Request, opts ...Option) (*Resu
 	for _, f := range opts {
 		f(&o)
 	}
-	kind, p, _ := parsePolicy(cfg.Policy, cfg.Engines)
-	if kind == "static-best" {
+	spec, _ := parsePolicy(cfg.Policy, cfg.Engines)
+	if spec.kind == "static-best" {
 		return runStaticBest(ctx, cfg, reqs, o)
 	}
 	work := make([]Request, len(reqs))
 	copy(work, reqs)
 	Prepare(work, cfg.Seed, cfg.NoMaxTokensFrac, cfg.EstErrSigma)
 	var pol policy
-	switch kind {
+	switch spec.kind {
 	case "static":
-		cfg.InitialPrefill = p
-		pol = &staticPolicy{split: p, stepNsV: int64(cfg.StepS * 1e9)}
+		cfg.InitialPrefill = spec.prefill
+		pol = &staticPolicy{split: spec.prefill, stepNsV: int64(cfg.StepS * 1e9)}
 	case "threshold":
 		pol = &thresholdPolicy{stepNsV: int64(cfg.StepS * 1e9), cooldownNs: int64(cfg.CooldownS * 1e9)}
 	case "scheduled":
-		_, at, _ := parseScheduled(cfg.Policy, cfg.Engines)
-		pol = &scheduledPolicy{target: p, atNs: int64(at * 1e9), stepNsV: int64(cfg.StepS * 1e9)}
+		pol = &scheduledPolicy{target: spec.prefill, atNs: int64(spec.atS * 1e9), stepNsV: int64(cfg.StepS * 1e9)}
 	case "narwhal":
 		pol = &narwhalPolicy{}
 	}

@@ -3,12 +3,13 @@ package liveness
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -123,7 +124,7 @@ func (p *Proc) Poll(nowNs int64) bool {
 	if p.closed {
 		return false
 	}
-	for _, pid := range sortedKeys(p.pids) {
+	for _, pid := range sortedKeys(p.pids, cmp.Compare[int32]) {
 		was := p.pids[pid]
 		now := p.alive(pid)
 		if was && !now {
@@ -133,14 +134,9 @@ func (p *Proc) Poll(nowNs int64) bool {
 	}
 	if len(p.ports) > 0 {
 		l := p.listening()
-		socks := make([]Socket, 0, len(p.ports))
-		for s := range p.ports {
-			socks = append(socks, s)
-		}
-		sort.Slice(socks, func(i, j int) bool {
-			return socks[i].Port < socks[j].Port || socks[i].Port == socks[j].Port && socks[i].NetNS < socks[j].NetNS
-		})
-		for _, s := range socks {
+		for _, s := range sortedKeys(p.ports, func(a, b Socket) int {
+			return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.NetNS, b.NetNS))
+		}) {
 			was, now := p.ports[s], listeningOn(l, s)
 			switch {
 			case was && !now:
@@ -254,11 +250,13 @@ func readListen(path string, ns uint32, out map[Socket]bool) {
 	}
 }
 
-func sortedKeys[K int32](m map[K]bool) []K {
+// sortedKeys returns m's keys in the order of compare (polls emit events
+// in a fixed order).
+func sortedKeys[K comparable](m map[K]bool, compare func(a, b K) int) []K {
 	ks := make([]K, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	slices.SortFunc(ks, compare)
 	return ks
 }

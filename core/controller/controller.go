@@ -380,7 +380,7 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	m.fill(&s.Long, min(longFrom, shortFrom), nowNs)
 	s.ObservedPrefill, s.ObservedDecode, s.PendingUnsized = in.ObservedPrefill, in.ObservedDecode, in.PendingUnsized
 	// Consolidation evidence: arrivals wholly after the latest risk.
-	s.riskNow = in.ObservedDecode.Count >= c.cfg.MinObservations && in.ObservedDecode.Mean > 1
+	s.riskNow = in.ObservedDecode.past(1, c.cfg)
 	s.EvidenceCutoffNs = c.riskCutoff(nowNs, s.riskNow)
 	s.Evidence = buckets.Evidence{}
 	if in.Arrivals != nil && s.EvidenceCutoffNs < nowNs {
@@ -391,7 +391,7 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	// observed over the modelled per-sequence part of the step
 	// (DecodeLoadCorrection, once the engines hold min_load_seqs each).
 	s.DecodeCorrection, s.DecodeLoadCorrection = 1, 1
-	if in.ObservedDecode.Count >= c.cfg.MinObservations && in.ObservedDecode.Mean > 0 {
+	if in.ObservedDecode.past(0, c.cfg) {
 		var sum, sumA, seqs float64
 		var n int
 		for i := range s.Engines {
@@ -472,21 +472,30 @@ func (c *Controller) kvExhaustsWithin(nowNs int64, limit float64, leadNs int64) 
 	return false // no sample kvSlopeNs old yet
 }
 
+// past: at least min_observations latencies were observed and their mean
+// ratio to the SLO exceeds limit.
+func (o PhaseObservation) past(limit float64, cfg Config) bool {
+	return o.Count >= cfg.MinObservations && o.Mean > limit
+}
+
+// kvPastTarget: the decode pool's resident KV is past target_pressure of
+// its capacity (cur is the current split; unknown capacity never is).
+func (s *Snapshot) kvPastTarget(cur SplitScore, cfg Config) bool {
+	return cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > cfg.TargetPressure*cur.KVCapacityTokens
+}
+
 // prefillMeasuredShort: a measurement says the prefill pool is short of
 // its target: a queue past the TTFT SLO, or observed TTFT past
 // target_pressure of it.
 func (s *Snapshot) prefillMeasuredShort(cfg Config) bool {
-	return s.prefillBehind ||
-		s.ObservedPrefill.Count >= cfg.MinObservations && s.ObservedPrefill.Mean > cfg.TargetPressure
+	return s.prefillBehind || s.ObservedPrefill.past(cfg.TargetPressure, cfg)
 }
 
 // decodeMeasuredShort: a measurement says the decode pool is short of its
 // target: observed TPOT past target_pressure of the SLO, resident KV past
 // target_pressure of the capacity, or resident KV projected to run out.
 func (s *Snapshot) decodeMeasuredShort(cur SplitScore, kvSoon bool, cfg Config) bool {
-	return kvSoon ||
-		s.ObservedDecode.Count >= cfg.MinObservations && s.ObservedDecode.Mean > cfg.TargetPressure ||
-		cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > cfg.TargetPressure*cur.KVCapacityTokens
+	return kvSoon || s.ObservedDecode.past(cfg.TargetPressure, cfg) || s.kvPastTarget(cur, cfg)
 }
 
 // minLoadSeqs: resident sequences per decode engine needed before the
@@ -634,7 +643,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	if dir < 0 {
 		dstObs = s.ObservedDecode
 	}
-	confirmed := dstObs.Count >= c.cfg.MinObservations && dstObs.Mean > 1
+	confirmed := dstObs.past(1, c.cfg)
 	// The prefill queue is measured too: first tokens report a backlog
 	// only once it is served, long after it formed.
 	if dir > 0 && s.prefillBehind {
@@ -645,7 +654,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// only once sequences have waited for it, and by then the prefill
 	// engines that must move cannot drain (their finished prompts wait
 	// for the same decode KV).
-	if dir < 0 && (kvSoon || cur.KVCapacityTokens > 0 && s.ResidentDecodeKV > c.cfg.TargetPressure*cur.KVCapacityTokens) {
+	if dir < 0 && (kvSoon || s.kvPastTarget(cur, c.cfg)) {
 		confirmed = true
 	}
 	// A burst: prefill predicted far past its SLO from many arrivals
