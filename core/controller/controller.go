@@ -733,12 +733,25 @@ func (c *Controller) decide(nowNs int64) Decision {
 	gate(GateSourcePressure, pass, srcP(s.Split(dir*k)), srcLimit, from.String()+" pressure after the move")
 	var ev *DemandEvidence
 	if dir > 0 {
+		// A move toward prefill must also leave decode room for the
+		// prefill backlog it releases (KVSurgeTokens), as long as the
+		// current split has that room: when it has not, the backlog
+		// overflows decode whatever the split, and the surge does not
+		// decide (in overload, holding prefill short for it only kept
+		// the queue).
+		surge := cur.KVCapacityTokens > 0 && cur.KVSurgeTokens <= c.cfg.KVHeadroom*cur.KVCapacityTokens
+		kvNeed := func(sc SplitScore) float64 {
+			if surge {
+				return max(sc.KVNeedTokens, sc.KVSurgeTokens)
+			}
+			return sc.KVNeedTokens
+		}
 		kvOK := func(sc SplitScore) bool {
-			return sc.KVCapacityTokens == 0 || sc.KVNeedTokens <= c.cfg.KVHeadroom*sc.KVCapacityTokens
+			return sc.KVCapacityTokens == 0 || kvNeed(sc) <= c.cfg.KVHeadroom*sc.KVCapacityTokens
 		}
 		pass = narrow(largest(kvOK))
 		prop := s.Split(k)
-		gate(GateKVLimit, pass, prop.KVNeedTokens, c.cfg.KVHeadroom*prop.KVCapacityTokens, "decode KV tokens vs headroom × capacity after the move")
+		gate(GateKVLimit, pass, kvNeed(prop), c.cfg.KVHeadroom*prop.KVCapacityTokens, "decode KV tokens (with the released prefill backlog) vs headroom × capacity after the move")
 		ev = c.evidence(nowNs)
 		if ev.Closed {
 			pass = narrow(s.DecodeEngines - ev.EnvelopeDecodeEngines)

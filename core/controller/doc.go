@@ -237,7 +237,17 @@
 // destination's pressure after the move: when both phases are short the
 // score decides, instead of holding while the worse phase drowns),
 // kv_limit (decode to prefill: KV need <=
-// kv_headroom × remaining capacity; unknown capacity is not judged),
+// kv_headroom × remaining capacity; unknown capacity is not judged; with
+// a prefill backlog the need includes its release, KVSurgeTokens: the
+// resident KV plus the backlog's prompts at the mean decode context, all
+// of them when the split's prefill pool releases the backlog faster than
+// a sequence decodes, else the share resident at once. The release is
+// judged only while the current split could hold it: past that, the
+// backlog overflows decode whatever the split. Our reading: the
+// delivered-rate pricing spreads a backlog over the horizon, while a
+// prefill pool that catches up releases it within seconds; on Azure conv
+// x8.5, where 9:7 is the only good split (91.5 %; 8:8 74.2 %, 10:6 11.4 %),
+// moves to 10:6 and 11:5 during a 110 s queue collapsed decode),
 // demand_evidence (decode to prefill: evidence closed and the envelope of
 // needed decode engines kept; while the evidence is open, a prefill queue
 // measured past the TTFT SLO, as above, still lets one engine move: the

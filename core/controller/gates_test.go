@@ -448,3 +448,55 @@ func TestFewArrivalsPrefillPredictionNeedsMeasurement(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasedPrefillBacklogMustFitDecodeKV: a move toward prefill
+// releases the prefill backlog into decode, and the decode pool left
+// after the move must hold it. With 8 s of queued prefill per engine
+// (1024-token prompts at 40 req/s on 4 prefill engines), the 3 decode
+// engines left after the move would hold their resident KV plus the
+// released prompts past headroom × capacity, although their resident
+// and predicted KV alone fit: kv_limit holds the move. Without the
+// backlog the same move is made; and when the current split could not
+// hold the release either, the surge does not decide.
+func TestReleasedPrefillBacklogMustFitDecodeKV(t *testing.T) {
+	const capTok = 66144
+	step := func(queuedS float64, kv int64) Decision {
+		t.Helper()
+		c := newTestController(t, testConfig(), 4, 4)
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: queuedS}, capTok)
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 20, KVTokens: kv}, capTok)
+		return c.Step(t0, Inputs{Arrivals: steady(1024, 64, 40), Outputs: &fakeHistory{}})
+	}
+	kvGate := func(d Decision) GateResult {
+		t.Helper()
+		for _, g := range d.Gates {
+			if g.Gate == GateKVLimit {
+				return g
+			}
+		}
+		t.Fatalf("no kv_limit gate in %+v", d.Gates)
+		return GateResult{}
+	}
+	limit := testConfig().KVHeadroom * 3 * capTok
+	d := step(8, 25000)
+	if d.Action != ActionBlocked || d.Blocked != GateKVLimit || d.Direction != "decode_to_prefill" {
+		t.Fatalf("backlog past the decode pool left: got %s %q (%s); want blocked by kv_limit", d.Action, d.Blocked, d.Reason)
+	}
+	p, g := d.Proposed, kvGate(d)
+	if p.KVSurgeTokens <= limit || p.KVNeedTokens > limit || g.Value != roundJ(p.KVSurgeTokens) || g.Limit != roundJ(limit) {
+		t.Fatalf("proposal %+v, gate %+v; want the released backlog (surge) past %.0f and the predicted need within it", p, g, limit)
+	}
+	if d.Current.KVSurgeTokens > testConfig().KVHeadroom*d.Current.KVCapacityTokens {
+		t.Fatalf("scenario: the current split (%+v) cannot hold the release either", d.Current)
+	}
+	if d := step(0, 25000); d.Action != ActionMove || d.Direction != "decode_to_prefill" || d.Current.KVSurgeTokens != 0 {
+		t.Fatalf("no backlog: got %s %q (%s), surge %v; want a decode->prefill move", d.Action, d.Blocked, d.Reason, d.Current.KVSurgeTokens)
+	}
+	d = step(8, 46000)
+	if d.Current.KVSurgeTokens <= testConfig().KVHeadroom*d.Current.KVCapacityTokens {
+		t.Fatalf("scenario: the current split (%+v) holds the release", d.Current)
+	}
+	if d.Action != ActionMove || d.Direction != "decode_to_prefill" {
+		t.Fatalf("release past every split: got %s %q (%s); want the move (the surge does not decide)", d.Action, d.Blocked, d.Reason)
+	}
+}

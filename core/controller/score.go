@@ -22,9 +22,13 @@ type SplitScore struct {
 	// some engine's capacity is unknown: then KV is not judged).
 	KVNeedTokens     float64 `json:"kv_need_tokens"`
 	KVCapacityTokens float64 `json:"kv_capacity_tokens"`
-	DrainS           float64 `json:"drain_s"`
-	Score            float64 `json:"score"`
-	kvPred           float64 // the long horizon's predicted KV before KVCorrection
+	// KVSurgeTokens: with a prefill backlog, the decode pool's KV once
+	// the split's prefill pool releases that backlog into it (see
+	// backlogSurge); 0 without a backlog.
+	KVSurgeTokens float64 `json:"kv_surge_tokens,omitempty"`
+	DrainS        float64 `json:"drain_s"`
+	Score         float64 `json:"score"`
+	kvPred        float64 // the long horizon's predicted KV before KVCorrection
 }
 
 // MinMoves and MaxMoves bound the candidate splits over live serving
@@ -96,6 +100,7 @@ func (s *Snapshot) Split(j int) SplitScore {
 			pp[h], dp[h] = max(pp[h], p), max(dp[h], d)
 		}
 	}
+	sc.KVSurgeTokens = s.backlogSurge(backlog, resKV, nP, dp[1])
 	sc.ShortPrefill, sc.LongPrefill = pp[0], pp[1]
 	sc.ShortDecode, sc.LongDecode = dp[0], dp[1]
 	sc.PrefillPressure = max(sc.ShortPrefill, sc.LongPrefill)
@@ -116,6 +121,33 @@ func (s *Snapshot) Split(j int) SplitScore {
 	}
 	sc.Score = level(worst, scoreCap) + tieWeight*level(other, scoreCap) + s.Config.DrainCostWeight*sc.DrainS
 	return sc
+}
+
+// backlogSurge is the decode KV a split must hold once its prefill pool
+// releases the resident prefill backlog (backlogS engine-seconds) into
+// decode: the resident KV plus the backlog's requests (at the current
+// pool's per-engine rate) at the mean decode context, all of them when
+// the nP engines release the backlog faster than a sequence decodes
+// (mean output × the split's predicted TPOT, decodeP its long-horizon
+// pressure), else the share resident at once. The delivered-rate
+// pricing of decode spreads a backlog over the horizon; a prefill pool
+// that catches up releases it within seconds, and the decode pool must
+// then hold it (Azure conv at ×8.5, the concatenation's middle trace: a
+// 63 s backlog released by an 11th prefill engine took decode from 427k
+// to 927k tokens, 87 % of five engines' KV, and TPOT past its SLO).
+func (s *Snapshot) backlogSurge(backlogS, resKV float64, nP int, decodeP float64) float64 {
+	n0 := s.PrefillEngines + s.IncomingPrefill
+	if backlogS <= 0 || nP <= 0 || n0 <= 0 {
+		return 0
+	}
+	reqs := backlogS * s.base[1].muP / float64(n0)
+	residence := s.Long.MeanOutput * decodeP * s.Timing.TPOTSLOS
+	release := backlogS / float64(nP)
+	share := 1.0
+	if release > residence {
+		share = residence / release
+	}
+	return resKV + reqs*s.Long.DecodeCtx*share
 }
 
 // tieWeight weighs the better phase in a split's score: it only breaks
