@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"math"
 	"testing"
 
 	"github.com/narwhal-io/narwhal/core/buckets"
@@ -498,5 +499,56 @@ func TestReleasedPrefillBacklogMustFitDecodeKV(t *testing.T) {
 	}
 	if d.Action != ActionMove || d.Direction != "decode_to_prefill" {
 		t.Fatalf("release past every split: got %s %q (%s); want the move (the surge does not decide)", d.Action, d.Blocked, d.Reason)
+	}
+}
+
+// TestOverflowedOutputsCalibratedToMeasuredTPOT: with overflowed outputs
+// decode is priced at the requested outputs (an upper bound: pressure
+// ~800 on 2 decode engines). With TPOT measured at 0.3 of its SLO, the
+// mean output is scaled so that the model predicts the measurement at the
+// current split, and the other splits keep the model's shape. Not with
+// TPOT measured past target_pressure, nor while the prefill queue is past
+// the TTFT SLO, nor without enough observations.
+func TestOverflowedOutputsCalibratedToMeasuredTPOT(t *testing.T) {
+	const capTok = 66144
+	step := func(obs PhaseObservation, queuedS float64) Decision {
+		t.Helper()
+		c := newTestController(t, testConfig(), 6, 2)
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 40, KVTokens: capTok / 4}, capTok)
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: queuedS}, capTok)
+		out := &fakeHistory{overflow: buckets.Cohort{Count: 3, MaxInput: 1024, MaxOutput: 900}}
+		return c.Step(t0, Inputs{Arrivals: steady(256, 512, 15), Outputs: out, ObservedDecode: obs})
+	}
+	low := PhaseObservation{Count: 50, Mean: 0.3, Max: 0.5}
+	d := step(low, 0)
+	sc := d.Snapshot.OutputScale
+	if d.Snapshot.Outputs.Reason != OutputsOverflow || sc[0] <= 0 || sc[0] >= 1 || sc[1] <= 0 || sc[1] >= 1 {
+		t.Fatalf("output scale %v (outputs %+v); want a calibration in (0, 1) on both horizons", sc, d.Snapshot.Outputs)
+	}
+	if math.Abs(d.Current.LongDecode-low.Mean) > 1e-3 || math.Abs(d.Current.ShortDecode-low.Mean) > 1e-3 {
+		t.Fatalf("current split decode %v / %v; want the measured %v", d.Current.ShortDecode, d.Current.LongDecode, low.Mean)
+	}
+	if d.Action != ActionHold || d.Reason != "both phases within target pressure" {
+		t.Fatalf("calibrated: got %s (%s); want a hold within target", d.Action, d.Reason)
+	}
+	// The shape stays the model's: fewer decode engines price higher,
+	// more lower, and not in proportion to the engine count alone.
+	if more := d.Best; more.DecodeEngines <= 2 || more.LongDecode >= low.Mean {
+		t.Fatalf("best %+v; want a split with more decode engines priced below %v", more, low.Mean)
+	}
+	for _, tc := range []struct {
+		name    string
+		obs     PhaseObservation
+		queuedS float64
+	}{
+		{"no measurement", PhaseObservation{}, 0},
+		{"too few observations", PhaseObservation{Count: testConfig().MinObservations - 1, Mean: 0.3}, 0},
+		{"TPOT past target", PhaseObservation{Count: 50, Mean: 0.9, Max: 1.2}, 0},
+		{"prefill queue past the SLO", low, 5},
+	} {
+		d := step(tc.obs, tc.queuedS)
+		if d.Snapshot.OutputScale != [2]float64{} || d.Current.LongDecode < 10 {
+			t.Fatalf("%s: output scale %v, long decode %v; want the upper bound (no calibration)", tc.name, d.Snapshot.OutputScale, d.Current.LongDecode)
+		}
 	}
 }

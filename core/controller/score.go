@@ -248,6 +248,9 @@ func deliveredRate(h *HorizonDemand, nP int, muSum, backlogS float64) float64 {
 // (Little: r·TPOT sequences × mean context).
 func (s *Snapshot) decodePressure(h *HorizonDemand, rate float64, n int, capSum, aSum float64) (float64, float64) {
 	r := rate * h.MeanOutput
+	if k := s.OutputScale[hIndex(s, h)]; k > 0 {
+		r *= k
+	}
 	if n <= 0 {
 		if r > 0 {
 			return math.Inf(1), math.Inf(1)
