@@ -552,3 +552,31 @@ func TestOverflowedOutputsCalibratedToMeasuredTPOT(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogSurgeArithmetic: the released backlog by hand. 4 prefill
+// engines serving 2 req/s each hold 20 engine-seconds of queue, i.e. 40
+// prompts, at a mean decode context of 1000 tokens; a sequence decodes
+// for 100 tokens × 0.5 × 0.1 s = 5 s.
+func TestBacklogSurgeArithmetic(t *testing.T) {
+	s := &Snapshot{PrefillEngines: 4, Timing: Timing{TPOTSLOS: 0.1}}
+	s.base[1].muP = 8
+	s.Long.MeanOutput, s.Long.DecodeCtx = 100, 1000
+	for _, tc := range []struct {
+		name            string
+		backlogS, resKV float64
+		nP              int
+		want            float64
+	}{
+		// 5 engines release it in 4 s, faster than a sequence decodes:
+		// all 40 prompts are resident at once.
+		{"released at once", 20, 5000, 5, 5000 + 40*1000},
+		// 2 engines take 10 s: half of them are resident at once.
+		{"released over twice a lifetime", 20, 5000, 2, 5000 + 40*1000*0.5},
+		{"no backlog", 0, 5000, 5, 0},
+		{"no prefill engine after the move", 20, 5000, 0, 0},
+	} {
+		if got := s.backlogSurge(tc.backlogS, tc.resKV, tc.nP, 0.5); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: surge %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
