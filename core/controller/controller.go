@@ -552,7 +552,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		InTransition: s.InTransition, PendingUnsized: s.PendingUnsized, Incomplete: s.Incomplete,
 		IncompleteReason: s.IncompleteReason, Short: s.Short.rounded(), Long: s.Long.rounded(),
 		Outputs: s.Out, DecodeCorrection: roundJ(s.DecodeCorrection), DecodeLoadCorrection: roundJ(s.DecodeLoadCorrection),
-		KVCorrection: roundJ(s.KVCorrection), OutputScale: [2]float64{roundJ(s.OutputScale[0]), roundJ(s.OutputScale[1])}, ObservedPrefill: s.ObservedPrefill.rounded(), ObservedDecode: s.ObservedDecode.rounded(),
+		KVCorrection: roundJ(s.KVCorrection), OutputScale: roundJ(s.OutputScale), ObservedPrefill: s.ObservedPrefill.rounded(), ObservedDecode: s.ObservedDecode.rounded(),
 		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), EstimateBuild: s.EstimateBuild,
 	}
 	d.Snapshot.Outputs.Discount, d.Snapshot.Outputs.UnboundedMean = roundJ(s.Out.Discount), roundJ(s.Out.UnboundedMean)

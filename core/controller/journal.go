@@ -77,7 +77,7 @@ type SnapshotSummary struct {
 	DecodeCorrection     float64          `json:"decode_correction"`
 	DecodeLoadCorrection float64          `json:"decode_load_correction"`
 	KVCorrection         float64          `json:"kv_correction"`
-	OutputScale          [2]float64       `json:"output_scale"`
+	OutputScale          float64          `json:"output_scale"`
 	ObservedPrefill      PhaseObservation `json:"observed_prefill"`
 	ObservedDecode       PhaseObservation `json:"observed_decode"`
 	ResidentDecodeKV     float64          `json:"resident_decode_kv"`

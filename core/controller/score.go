@@ -248,7 +248,7 @@ func deliveredRate(h *HorizonDemand, nP int, muSum, backlogS float64) float64 {
 // (Little: r·TPOT sequences × mean context).
 func (s *Snapshot) decodePressure(h *HorizonDemand, rate float64, n int, capSum, aSum float64) (float64, float64) {
 	r := rate * h.MeanOutput
-	if k := s.OutputScale[hIndex(s, h)]; k > 0 {
+	if k := s.OutputScale; k > 0 {
 		r *= k
 	}
 	if n <= 0 {

@@ -146,10 +146,10 @@ type Snapshot struct {
 	Short HorizonDemand  `json:"short"`
 	Long  HorizonDemand  `json:"long"`
 	Out   OutputEstimate `json:"outputs"`
-	// OutputScale: per horizon (short, long), the factor on the mean
-	// output that calibrates an upper-bound decode price to measured TPOT
-	// (see calibrateOutputs); 0 when none applies.
-	OutputScale [2]float64 `json:"output_scale"`
+	// OutputScale: the factor on the mean output (both horizons) that
+	// calibrates an upper-bound decode price to measured TPOT (see
+	// calibrateOutputs); 0 when none applies.
+	OutputScale float64 `json:"output_scale"`
 	// DecodeCorrection scales the decode model by observed / modelled TPOT
 	// at the current residency (1 without enough observations).
 	DecodeCorrection float64 `json:"decode_correction"`
@@ -607,9 +607,9 @@ func RecoveryPrefillRatio(observed, residentPrefillS, queuedPrefillS float64, pr
 // calibrateOutputs: with overflow in the outputs history, decode demand is
 // priced at the overflow cohorts' largest requested outputs and the
 // default for unbounded ones (the spec's rule), which is an upper bound.
-// Once TPOT is measured (min_observations), the mean output of each
-// horizon is scaled down, never up, so that the decode model at the
-// current split and its delivered rate predicts the measured TPOT: the
+// Once TPOT is measured (min_observations), the mean output is scaled
+// down, never up, so that the decode model at the current split and its
+// delivered rate over the long horizon predicts the measured TPOT: the
 // model's shape (batching, its capacity cliff, KV) is kept and its level
 // comes from the measurement. Our reading: the spec fixes how the cohort
 // is priced, not that an upper bound outweighs a measurement in scoring.
@@ -617,27 +617,25 @@ func RecoveryPrefillRatio(observed, residentPrefillS, queuedPrefillS float64, pr
 // prefill is behind), so while the prefill queue is past the TTFT SLO the
 // upper bound stands.
 func (s *Snapshot) calibrateOutputs() {
-	s.OutputScale = [2]float64{}
+	s.OutputScale = 0
 	nD := s.DecodeEngines + s.IncomingDecode
 	if s.Out.Reason != OutputsOverflow || s.ObservedDecode.Count < s.Config.MinObservations ||
 		s.ObservedDecode.Mean > s.Config.TargetPressure || s.DecodeEngines == 0 || s.prefillQueuePastSLO() {
 		return
 	}
 	tpotObs := s.ObservedDecode.Mean * s.Timing.TPOTSLOS
-	nP := s.PrefillEngines + s.IncomingPrefill
-	hz := [2]*HorizonDemand{&s.Short, &s.Long}
-	for h := 0; h < 2; h++ {
-		b := &s.base[h]
-		if b.capD <= 0 || tpotObs <= 0 {
-			continue
-		}
-		// The model's utilization at the current split, and the one at
-		// which its TPOT (step floor / (1 − ρ), corrected) is the measured.
-		rhoModel := deliveredRate(hz[h], nP, b.muP, s.cum.backlog) * hz[h].MeanOutput * s.DecodeLoadCorrection / b.capD
-		rhoObs := 1 - b.aD/float64(nD)*s.DecodeCorrection/tpotObs
-		if rhoModel > 0 && rhoObs < rhoModel {
-			s.OutputScale[h] = max(minOutputScale, rhoObs/rhoModel)
-		}
+	b := &s.base[1]
+	if b.capD <= 0 || tpotObs <= 0 {
+		return
+	}
+	// The model's utilization at the current split over the long
+	// horizon, and the one at which its TPOT (step floor / (1 − ρ),
+	// corrected) is the measured one. One factor serves both horizons,
+	// as the output estimate it scales does (a spec rule).
+	rhoModel := deliveredRate(&s.Long, s.PrefillEngines+s.IncomingPrefill, b.muP, s.cum.backlog) * s.Long.MeanOutput * s.DecodeLoadCorrection / b.capD
+	rhoObs := 1 - b.aD/float64(nD)*s.DecodeCorrection/tpotObs
+	if rhoModel > 0 && rhoObs < rhoModel {
+		s.OutputScale = max(minOutputScale, rhoObs/rhoModel)
 	}
 }
 
