@@ -68,6 +68,17 @@ func matchBytes(c, b uint64) uint64 {
 	return ^((x&lowBytes + lowBytes) | x | lowBytes)
 }
 
+// findKey returns the cell of group g (control word c) whose byte
+// matches fp and whose key is want, or -1.
+func (sh *slotShared) findKey(c, fp uint64, g uint, want uint64) int {
+	for m := matchBytes(c, fp); m != 0; m &= m - 1 {
+		if j := g*groupCells + uint(bits.TrailingZeros64(m))/8; sh.keys[j].Load() == want {
+			return int(j)
+		}
+	}
+	return -1
+}
+
 // setCtrl sets cell i's control byte to fp (0 clears it).
 func setCtrl(sh *slotShared, i int, fp uint64) {
 	w := &sh.ctrl[i/groupCells]
@@ -214,23 +225,13 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	g1 := (g + 1) % groups
 	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[g1].Load()
 	want := keyOf(tag, s)
-	i, ok := -1, true
-	for m := matchBytes(c0, fp); m != 0; m &= m - 1 {
-		if j := g*groupCells + uint(bits.TrailingZeros64(m))/8; sh.keys[j].Load() == want {
-			i = int(j)
-			break
-		}
-	}
+	ok := true
+	i := sh.findKey(c0, fp, g, want)
 	if i < 0 {
 		if (^c0|^c1)&msbBytes != 0 {
 			i, ok = h.cell(sh, tag, s, true)
 		} else {
-			for m := matchBytes(c1, fp); m != 0; m &= m - 1 {
-				if j := g1*groupCells + uint(bits.TrailingZeros64(m))/8; sh.keys[j].Load() == want {
-					i = int(j)
-					break
-				}
-			}
+			i = sh.findKey(c1, fp, g1, want)
 		}
 	}
 	var c *atomic.Uint64
@@ -314,11 +315,8 @@ func (h *History) cell(sh *slotShared, tag uint64, s Shape, claim bool) (int, bo
 	for n := 0; n < ProbeWindow/groupCells; n++ {
 		base := ((g + n) % groups) * groupCells
 		c := sh.ctrl[(g+n)%groups].Load()
-		for m := matchBytes(c, fp); m != 0; m &= m - 1 {
-			i := base + bits.TrailingZeros64(m)/8
-			if sh.keys[i].Load() == want {
-				return i, true
-			}
+		if i := sh.findKey(c, fp, uint((g+n)%groups), want); i >= 0 {
+			return i, true
 		}
 		// Cells whose control byte says free, in probe order. The first one
 		// that really is free ends the search: a shape takes the first free

@@ -263,13 +263,26 @@ func (s *Snapshot) decodePressure(h *HorizonDemand, rate float64, n int, capSum,
 		}
 		return 0, 0
 	}
-	rho := r * s.DecodeLoadCorrection / capSum
+	rho := s.decodeUtil(r, capSum)
 	excess := 0.0
 	if rho > rhoSat {
 		rho, excess = rhoSat, rho-rhoSat
 	}
-	tpot := aSum / float64(n) / (1 - rho) * s.DecodeCorrection * (1 + excess*max(h.SpanS, 1))
+	tpot := s.decodeFloor(aSum, n) / (1 - rho) * (1 + excess*max(h.SpanS, 1))
 	return tpot / s.Timing.TPOTSLOS, r * tpot * h.DecodeCtx
+}
+
+// decodeUtil is the decode model's utilization at a token rate r over a
+// pool of per-sequence capacity capSum; decodeFloor its TPOT at no load
+// (the pool's mean fixed step, corrected). decodePressure is
+// decodeFloor / (1 − decodeUtil) below saturation; calibrateOutputs
+// inverts it.
+func (s *Snapshot) decodeUtil(r, capSum float64) float64 {
+	return r * s.DecodeLoadCorrection / capSum
+}
+
+func (s *Snapshot) decodeFloor(aSum float64, n int) float64 {
+	return aSum / float64(n) * s.DecodeCorrection
 }
 
 // NeededDecodeEngines is the smallest decode pool (over this snapshot's

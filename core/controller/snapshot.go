@@ -551,6 +551,8 @@ func (s *Snapshot) prepare() {
 		}
 	}
 
+	s.prefillBehind = s.PrefillEngines > 0 && s.QueuedPrefillS > 0 &&
+		(s.RunningPrefillS+s.QueuedPrefillS)/(float64(s.PrefillEngines)*s.Timing.TTFTSLOS) > 1
 	s.calibrateOutputs()
 	s.KVCorrection = 1
 	if s.DecodeEngines > 0 && s.IncomingDecode == 0 && residentSeqs >= minLoadSeqs*int64(s.DecodeEngines) {
@@ -578,7 +580,6 @@ func (s *Snapshot) prepare() {
 	default:
 		s.Basis = BasisObservedPressure
 	}
-	s.prefillBehind = s.prefillQueuePastSLO()
 	s.obsP = s.ObservedPrefill.Mean
 	if s.Basis == BasisRecovery {
 		s.obsP = s.RecoveryRatio
@@ -620,7 +621,7 @@ func (s *Snapshot) calibrateOutputs() {
 	s.OutputScale = 0
 	nD := s.DecodeEngines + s.IncomingDecode
 	if s.Out.Reason != OutputsOverflow || s.ObservedDecode.Count < s.Config.MinObservations ||
-		s.ObservedDecode.Mean > s.Config.TargetPressure || s.DecodeEngines == 0 || s.prefillQueuePastSLO() {
+		s.ObservedDecode.Mean > s.Config.TargetPressure || s.DecodeEngines == 0 || s.prefillBehind {
 		return
 	}
 	tpotObs := s.ObservedDecode.Mean * s.Timing.TPOTSLOS
@@ -629,11 +630,11 @@ func (s *Snapshot) calibrateOutputs() {
 		return
 	}
 	// The model's utilization at the current split over the long
-	// horizon, and the one at which its TPOT (step floor / (1 − ρ),
-	// corrected) is the measured one. One factor serves both horizons,
-	// as the output estimate it scales does (a spec rule).
-	rhoModel := deliveredRate(&s.Long, s.PrefillEngines+s.IncomingPrefill, b.muP, s.cum.backlog) * s.Long.MeanOutput * s.DecodeLoadCorrection / b.capD
-	rhoObs := 1 - b.aD/float64(nD)*s.DecodeCorrection/tpotObs
+	// horizon, and the one at which its TPOT (decodeFloor / (1 − ρ)) is
+	// the measured one. One factor serves both horizons, as the output
+	// estimate it scales does (a spec rule).
+	rhoModel := s.decodeUtil(deliveredRate(&s.Long, s.PrefillEngines+s.IncomingPrefill, b.muP, s.cum.backlog)*s.Long.MeanOutput, b.capD)
+	rhoObs := 1 - s.decodeFloor(b.aD, nD)/tpotObs
 	if rhoModel > 0 && rhoObs < rhoModel {
 		s.OutputScale = max(minOutputScale, rhoObs/rhoModel)
 	}
@@ -642,10 +643,3 @@ func (s *Snapshot) calibrateOutputs() {
 // minOutputScale bounds the calibration: TPOT measured at the step's floor
 // says the outputs are far below the upper bound, not how far.
 const minOutputScale = 0.05
-
-// prefillQueuePastSLO: the prefill pool measures a queue past the TTFT
-// SLO ((running + queued prefill s) / (engines × SLO) > 1).
-func (s *Snapshot) prefillQueuePastSLO() bool {
-	return s.PrefillEngines > 0 && s.QueuedPrefillS > 0 &&
-		(s.RunningPrefillS+s.QueuedPrefillS)/(float64(s.PrefillEngines)*s.Timing.TTFTSLOS) > 1
-}
