@@ -70,11 +70,17 @@
 //     switching.
 //   - threshold: see thresholdPolicy; static-best runs P = 1..N−1 (two at a
 //     time) and keeps the best attainment.
-//   - scheduled:P@T, a timing oracle (scheduledPolicy): from the initial
-//     split, every engine needed to reach P prefill engines starts its
-//     move at T seconds, all at once. With T at a burst's first arrival
-//     and P static-best's split, it bounds what any reactive controller
-//     can attain from the same start, switch time and drains.
+//   - scheduled:P@T[,P@T...], a timing oracle (scheduledPolicy): from
+//     the initial split, at each T seconds every engine needed to reach
+//     P prefill engines (counting those already on their way) starts its
+//     move, all at once. With one move at a burst's first arrival and P
+//     static-best's split, it bounds what any reactive controller can
+//     attain from the same start, switch time and drains.
+//   - oracle, a schedule searched in hindsight (runOracle, oracle.go):
+//     from static-best's split, passes over 60 s windows try the held
+//     split ±1 and ±2 engines and keep what gains, scored by whole runs
+//     of the scheduled policy. What foresight of the workload attains
+//     (from below: the search is local); Result.Schedule is the schedule.
 //
 // # Library use (the demo main job)
 //

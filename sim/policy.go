@@ -174,19 +174,27 @@ func (tp *thresholdPolicy) start(s *simulator, i int, to controller.Role, now in
 }
 
 // scheduledPolicy is a timing oracle: it starts at the initial split and,
-// at a fixed time from the workload start, moves every engine needed to
-// reach its target split at once (each engine drains, then switches like
-// any other move), then holds. Run at the moment a trace's first burst
-// begins, with static-best's split as the target, it bounds what any
-// reactive controller could attain from the same initial split: none can
-// act before the burst is seen, nor move more engines at once.
+// at each of its fixed times from the workload start, moves every engine
+// needed to reach that move's target split at once (each engine drains,
+// then switches like any other move), then holds until the next. With one
+// move at the moment a trace's first burst begins and static-best's split
+// as the target, it bounds what any reactive controller could attain from
+// the same initial split: none can act before the burst is seen, nor move
+// more engines at once. With a schedule found in hindsight (benchmarks/slo/
+// oracle) it shows what foresight of the whole workload attains.
 type scheduledPolicy struct {
 	noCore
 	rolesFromEngines
-	target  int
-	atNs    int64 // from the workload start
-	done    bool
+	moves   []scheduledMove
+	next    int
 	stepNsV int64
+}
+
+// scheduledMove: at atNs from the workload start, go to target prefill
+// engines.
+type scheduledMove struct {
+	target int
+	atNs   int64
 }
 
 func (sp *scheduledPolicy) name() string             { return "scheduled" }
@@ -198,12 +206,27 @@ func (sp *scheduledPolicy) stepNs() int64            { return sp.stepNsV }
 func (sp *scheduledPolicy) moveDone(s *simulator, _ *engine, _ int64) { sp.refresh(s) }
 
 func (sp *scheduledPolicy) step(s *simulator, now int64) int {
-	if sp.done || now-s.base < sp.atNs {
-		return 0
+	moved := 0
+	for sp.next < len(sp.moves) && now-s.base >= sp.moves[sp.next].atNs {
+		moved += sp.moveTo(s, sp.moves[sp.next].target)
+		sp.next++
 	}
-	sp.done = true
+	return moved
+}
+
+// moveTo starts the moves that bring the engines serving in or bound for
+// prefill to target, from the serving engines of the other role (as many
+// as serve: engines already moving finish their move first).
+func (sp *scheduledPolicy) moveTo(s *simulator, target int) int {
+	bound := 0 // serving prefill, or draining / switching towards prefill
+	for i := range s.eng {
+		e := &s.eng[i]
+		if e.state == controller.StateServing && e.role == controller.RolePrefill || e.state != controller.StateServing && e.target == controller.RolePrefill {
+			bound++
+		}
+	}
 	from, to := sp.d, controller.RolePrefill
-	n := sp.target - len(sp.p)
+	n := target - bound
 	if n < 0 {
 		from, to, n = sp.p, controller.RoleDecode, -n
 	}

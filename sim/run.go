@@ -169,16 +169,20 @@ func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w
 
 // policySpec is a parsed Config.Policy: the kind ("narwhal", "static",
 // "static-best", "threshold", "scheduled"), the prefill count of static:P
-// and scheduled:P@T, and the time T of the latter.
+// and the moves of scheduled:P@T[,P@T...].
 type policySpec struct {
 	kind    string
 	prefill int
-	atS     float64
+	moves   []scheduledMove
 }
+
+// maxScheduledMoves bounds a schedule's length (a policy string is
+// configuration, not a data file).
+const maxScheduledMoves = 10000
 
 func parsePolicy(p string, engines int) (policySpec, error) {
 	switch {
-	case p == "narwhal" || p == "threshold" || p == "static-best":
+	case p == "narwhal" || p == "threshold" || p == "static-best" || p == "oracle":
 		return policySpec{kind: p}, nil
 	case strings.HasPrefix(p, "static:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(p, "static:"))
@@ -187,15 +191,27 @@ func parsePolicy(p string, engines int) (policySpec, error) {
 		}
 		return policySpec{kind: "static", prefill: n}, nil
 	case strings.HasPrefix(p, "scheduled:"):
-		ps, ts, ok := strings.Cut(strings.TrimPrefix(p, "scheduled:"), "@")
-		n, errP := strconv.Atoi(ps)
-		t, errT := strconv.ParseFloat(ts, 64)
-		if !ok || errP != nil || errT != nil || n < 1 || n >= engines || !(t >= 0) || math.IsInf(t, 0) || t > 1e7 {
-			return policySpec{}, fmt.Errorf("sim: policy %q: want scheduled:P@T with 1 ≤ P ≤ %d and 0 ≤ T ≤ 1e7 seconds: %w", p, engines-1, ErrBadConfig)
+		items := strings.Split(strings.TrimPrefix(p, "scheduled:"), ",")
+		if len(items) > maxScheduledMoves {
+			return policySpec{}, fmt.Errorf("sim: policy scheduled: %d moves (at most %d): %w", len(items), maxScheduledMoves, ErrBadConfig)
 		}
-		return policySpec{kind: "scheduled", prefill: n, atS: t}, nil
+		spec := policySpec{kind: "scheduled", moves: make([]scheduledMove, 0, len(items))}
+		for _, it := range items {
+			ps, ts, ok := strings.Cut(it, "@")
+			n, errP := strconv.Atoi(ps)
+			t, errT := strconv.ParseFloat(ts, 64)
+			if !ok || errP != nil || errT != nil || n < 1 || n >= engines || !(t >= 0) || math.IsInf(t, 0) || t > 1e7 {
+				return policySpec{}, fmt.Errorf("sim: policy scheduled: move %q: want P@T with 1 ≤ P ≤ %d and 0 ≤ T ≤ 1e7 seconds: %w", it, engines-1, ErrBadConfig)
+			}
+			atNs := int64(t * 1e9)
+			if k := len(spec.moves); k > 0 && atNs <= spec.moves[k-1].atNs {
+				return policySpec{}, fmt.Errorf("sim: policy scheduled: move %q: times must increase: %w", it, ErrBadConfig)
+			}
+			spec.moves = append(spec.moves, scheduledMove{target: n, atNs: atNs})
+		}
+		return spec, nil
 	}
-	return policySpec{}, fmt.Errorf("sim: policy %q: want narwhal, static:P, static-best, threshold or scheduled:P@T: %w", p, ErrBadConfig)
+	return policySpec{}, fmt.Errorf("sim: policy %q: want narwhal, static:P, static-best, oracle, threshold or scheduled:P@T[,P@T...]: %w", p, ErrBadConfig)
 }
 
 // Run simulates the workload reqs (see Workload) under cfg. The requests
@@ -214,8 +230,11 @@ func Run(ctx context.Context, cfg Config, reqs []Request, opts ...Option) (*Resu
 		f(&o)
 	}
 	spec, _ := parsePolicy(cfg.Policy, cfg.Engines)
-	if spec.kind == "static-best" {
+	switch spec.kind {
+	case "static-best":
 		return runStaticBest(ctx, cfg, reqs, o)
+	case "oracle":
+		return runOracle(ctx, cfg, reqs, o)
 	}
 	work := make([]Request, len(reqs))
 	copy(work, reqs)
@@ -228,7 +247,7 @@ func Run(ctx context.Context, cfg Config, reqs []Request, opts ...Option) (*Resu
 	case "threshold":
 		pol = &thresholdPolicy{stepNsV: int64(cfg.StepS * 1e9), cooldownNs: int64(cfg.CooldownS * 1e9)}
 	case "scheduled":
-		pol = &scheduledPolicy{target: spec.prefill, atNs: int64(spec.atS * 1e9), stepNsV: int64(cfg.StepS * 1e9)}
+		pol = &scheduledPolicy{moves: spec.moves, stepNsV: int64(cfg.StepS * 1e9)}
 	case "narwhal":
 		pol = &narwhalPolicy{}
 	}

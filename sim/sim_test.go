@@ -342,8 +342,43 @@ func TestScheduledPolicyMovesAllEnginesAtItsTime(t *testing.T) {
 	}
 }
 
+// A schedule of several moves: each starts at its time and brings the
+// split to its target, counting engines still on their way.
+func TestScheduledPolicyFollowsASchedule(t *testing.T) {
+	cfg := testConfig("scheduled:5@5,5@6,4@20,2@21", 6) // 5@6: the first two are still on their way
+	cfg.InitialPrefill = 3
+	cfg.SwitchS = 3 // still switching at the second move
+	cfg.SampleS = 1
+	reqs := make([]Request, 400)
+	for i := range reqs {
+		reqs[i] = Request{ArrivalNs: int64(i) * 100e6, InputTokens: int64(100 + i%400), OutputTokens: int64(2 + i%8)}
+	}
+	r, err := Run(context.Background(), cfg, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 -> 5 (two engines), 5 -> 4 (one back), 4 -> 2 (two more back).
+	if r.Moves != 5 || r.Reversals != 1 {
+		t.Fatalf("moves %d, reversals %d; want 5 moves, 1 reversal", r.Moves, r.Reversals)
+	}
+	want := func(from, to int, p, d float64) {
+		t.Helper()
+		for _, pt := range r.Series[from:to] {
+			if pt.PrefillEngines != p || pt.DecodeEngines != d {
+				t.Fatalf("at %v s: %v prefill / %v decode; want %v / %v", pt.TS, pt.PrefillEngines, pt.DecodeEngines, p, d)
+			}
+		}
+	}
+	want(0, 5, 3, 3)
+	want(10, 20, 5, 1)
+	want(28, 38, 2, 4)
+	if r.Completed != len(reqs) {
+		t.Fatalf("%d of %d requests completed", r.Completed, len(reqs))
+	}
+}
+
 func TestScheduledPolicyRejectsBadSpecs(t *testing.T) {
-	for _, p := range []string{"scheduled:0@1", "scheduled:6@1", "scheduled:3@-1", "scheduled:3@NaN", "scheduled:3@Inf", "scheduled:3", "scheduled:x@1", "scheduled:3@1e9"} {
+	for _, p := range []string{"scheduled:0@1", "scheduled:6@1", "scheduled:3@-1", "scheduled:3@NaN", "scheduled:3@Inf", "scheduled:3", "scheduled:x@1", "scheduled:3@1e9", "scheduled:3@5,4@5", "scheduled:3@5,4@4", "scheduled:3@1,", "scheduled:"} {
 		cfg := testConfig(p, 6)
 		if _, err := cfg.Normalize(); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("policy %q: err %v; want ErrBadConfig", p, err)

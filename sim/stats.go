@@ -127,6 +127,7 @@ func (st *stats) met(r *reqState) (ttft, tpot bool) {
 type Result struct {
 	Policy         string  `json:"policy"`
 	BestSplit      *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
+	Schedule       string  `json:"schedule,omitempty"`   // oracle: the schedule found, for --policy scheduled:<Schedule>
 	Engines        int     `json:"engines"`
 	Profile        string  `json:"profile"`
 	Requests       int     `json:"requests"`

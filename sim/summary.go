@@ -33,6 +33,9 @@ func WriteSummary(w io.Writer, res *Result) error {
 		}
 		rows = append(rows, [2]string{"per trace", string(b)})
 	}
+	if res.Schedule != "" {
+		rows = append(rows, [2]string{"schedule", res.Schedule})
+	}
 	if res.CoreErrors > 0 {
 		rows = append(rows, [2]string{"core errors", fmt.Sprintf("%d (last: %s)", res.CoreErrors, res.LastCoreError)})
 	}

@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(&traces, "trace", "trace file (Azure CSV or Mooncake JSONL); repeat to concatenate in order")
 	fs.Var(&scales, "rate-scale", "arrival-rate multiplier (inter-arrival times divided by it); one value, or one per --trace (repeat or comma-separate)")
 	engines := fs.Int("engines", d.Engines, "engines in the cluster")
-	policy := fs.String("policy", d.Policy, "narwhal | static:P | static-best | threshold | scheduled:P@T (timing oracle: all moves to P prefill at T s)")
+	policy := fs.String("policy", d.Policy, "narwhal | static:P | static-best | oracle (a schedule searched in hindsight) | threshold | scheduled:P@T[,P@T...] (timing oracle: at T s, move to P prefill engines)")
 	seed := fs.Uint64("seed", d.Seed, "seed for max_tokens and input-estimate draws")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	svg := fs.String("svg", "", "write a chart of engines per role, offered demand and attainment to this file")
