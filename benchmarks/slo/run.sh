@@ -2,6 +2,8 @@
 # Reproduces the table in README.md: every row, every policy, one JSON
 # object per line on stdout. Run from the repository root:
 #   sh benchmarks/slo/run.sh > /tmp/slo.jsonl
+# ORACLE=1 adds a schedule searched in hindsight per row (--policy oracle,
+# about 2 minutes more on 2 cores).
 # TRACES defaults to ../shared/traces (the project's read-only trace copies).
 set -eu
 T=${TRACES:-../shared/traces}
@@ -17,7 +19,7 @@ CAT="--trace $T/AzureLLMInferenceTrace_code.csv --trace $T/AzureLLMInferenceTrac
 CAT2="--trace $T/AzureLLMInferenceTrace_code.csv --trace $T/AzureLLMInferenceTrace_conv.csv --trace $T/conversation_trace.jsonl --rate-scale 4,7.5,0.8 --slice :2185 --ttft-slo 1.5 --tpot-slo 0.1"
 for row in CODE CONV MOON CAT CAT2; do
   eval args=\$$row
-  for p in narwhal static-best threshold; do
+  for p in narwhal static-best threshold ${ORACLE:+oracle}; do
     printf '{"row":"%s","result":' "$row"
     $SIM $args --policy $p | tr -d '\n'
     printf '}\n'
