@@ -47,6 +47,9 @@ func kubeTestConfig(pod, demandURL string) Config {
 	cfg := testConfig()
 	cfg.Core.StepS, cfg.Core.DemandWindowS, cfg.Core.MinEvidenceSpanS, cfg.Core.MonitorIntervalS = 0.2, 10, 2, 1
 	cfg.Core.Controller.ConfirmSteps, cfg.Core.Controller.DwellS, cfg.Core.Controller.CooldownS = 1, 0, 600
+	// The test's 80 arrivals are a prediction from few arrivals in a 2 s
+	// short window; its subject is replication, not that rule.
+	cfg.Core.Controller.PredictionArrivals = 0
 	k := &cfg.Kubernetes
 	k.Enabled = true
 	k.Namespace, k.PodName, k.EngineNamespace = "narwhal", pod, "llm"

@@ -230,7 +230,7 @@ core:
   demand_window_s: 5
   min_evidence_span_s: 1
   monitor_interval_s: 1
-  controller: {confirm_steps: 1, cooldown_s: 3600, dwell_s: 3600}
+  controller: {confirm_steps: 1, cooldown_s: 3600, dwell_s: 3600, prediction_arrivals: 0}
 `, data)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

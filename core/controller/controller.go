@@ -612,6 +612,8 @@ func (c *Controller) decide(nowNs int64) Decision {
 		// (Mooncake's reach 126k tokens): it moves an engine only once the
 		// prefill pool measures a shortage.
 		d.Reason = "prefill deficit predicted from few arrivals, not measured"
+	case best.Moves < 0 && s.Short.Requests < c.cfg.PredictionArrivals && !s.decodeMeasuredShort(cur, kvSoon, c.cfg):
+		d.Reason = "decode deficit predicted from few arrivals, not measured"
 	case !(improvement > c.cfg.HysteresisMargin) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
 		d.Reason = "improvement within hysteresis margin"
 	default:

@@ -450,6 +450,51 @@ func TestFewArrivalsPrefillPredictionNeedsMeasurement(t *testing.T) {
 	}
 }
 
+// TestFewArrivalsDecodePredictionNeedsMeasurement: the decode side of
+// the rule above. A decode deficit predicted from 50 arrivals in the
+// short window (5 req/s of 1536-token outputs on 1 decode engine) holds
+// until decode measures a shortage; the same outputs from 70 arrivals
+// move at once, and so does the few-arrivals one with observed TPOT past
+// target, with resident KV past target, or with prediction_arrivals 0.
+func TestFewArrivalsDecodePredictionNeedsMeasurement(t *testing.T) {
+	const capTok = 66144
+	few := func() Inputs { return Inputs{Arrivals: steady(256, 1536, 5), Outputs: &fakeHistory{}} }
+	c := newTestController(t, testConfig(), 7, 1)
+	d := c.Step(t0, few())
+	if d.Action != ActionHold || d.Reason != "decode deficit predicted from few arrivals, not measured" {
+		t.Fatalf("few arrivals: got %s %q (%s) best %+v current %+v; want the few-arrivals hold", d.Action, d.Blocked, d.Reason, d.Best, d.Current)
+	}
+	if d.Snapshot.Short.Requests >= testConfig().PredictionArrivals || d.Best.Moves >= 0 || d.Current.DecodePressure <= testConfig().TargetPressure {
+		t.Fatalf("scenario: %v arrivals, best %+v, current %+v; want fewer than %v arrivals predicting a decode deficit",
+			d.Snapshot.Short.Requests, d.Best, d.Current, testConfig().PredictionArrivals)
+	}
+	off := testConfig()
+	off.PredictionArrivals = 0
+	observed := few()
+	observed.ObservedDecode = PhaseObservation{Count: 50, Mean: 0.9, Max: 1.2}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		in   Inputs
+		prep func(c *Controller)
+	}{
+		{"many arrivals", testConfig(), Inputs{Arrivals: steady(256, 1536, 7), Outputs: &fakeHistory{}}, nil},
+		{"observed TPOT past target", testConfig(), observed, nil},
+		{"resident KV past target", testConfig(), few(), func(c *Controller) {
+			setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 20, KVTokens: capTok * 85 / 100}, capTok)
+		}},
+		{"prediction_arrivals 0", off, few(), nil},
+	} {
+		c := newTestController(t, tc.cfg, 7, 1)
+		if tc.prep != nil {
+			tc.prep(c)
+		}
+		if d := c.Step(t0, tc.in); d.Action != ActionMove || d.Direction != "prefill_to_decode" {
+			t.Fatalf("%s: got %s %q (%s) best %+v; want a prefill->decode move", tc.name, d.Action, d.Blocked, d.Reason, d.Best)
+		}
+	}
+}
+
 // TestReleasedPrefillBacklogMustFitDecodeKV: a move toward prefill
 // releases the prefill backlog into decode, and the decode pool left
 // after the move must hold it. With 8 s of queued prefill per engine
