@@ -306,14 +306,15 @@ func TestSplitwiseProfilesMatchMeasuredMedians(t *testing.T) {
 	}
 }
 
-// The timing oracle moves every engine it needs at its time, not before,
-// and the switched engines serve in their new role afterwards.
-func TestScheduledPolicyMovesAllEnginesAtItsTime(t *testing.T) {
-	cfg := testConfig("scheduled:5@5", 6)
+// runScheduled runs policy on 6 engines from 3:3 over n small requests,
+// one every 100 ms, sampling every second.
+func runScheduled(t *testing.T, policy string, switchS float64, n int) *Result {
+	t.Helper()
+	cfg := testConfig(policy, 6)
 	cfg.InitialPrefill = 3
-	cfg.SwitchS = 1
+	cfg.SwitchS = switchS
 	cfg.SampleS = 1
-	reqs := make([]Request, 300)
+	reqs := make([]Request, n)
 	for i := range reqs {
 		reqs[i] = Request{ArrivalNs: int64(i) * 100e6, InputTokens: int64(100 + i%400), OutputTokens: int64(2 + i%8)}
 	}
@@ -321,60 +322,49 @@ func TestScheduledPolicyMovesAllEnginesAtItsTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.Completed != n {
+		t.Fatalf("%d of %d requests completed", r.Completed, n)
+	}
+	return r
+}
+
+// wantSplit asserts the series holds p prefill / d decode engines in
+// samples [from, to).
+func wantSplit(t *testing.T, r *Result, from, to int, p, d float64) {
+	t.Helper()
+	if len(r.Series) < to {
+		t.Fatalf("series has %d points; want ≥ %d one-second samples", len(r.Series), to)
+	}
+	for _, pt := range r.Series[from:to] {
+		if pt.PrefillEngines != p || pt.DecodeEngines != d {
+			t.Fatalf("at %v s: %v prefill / %v decode; want %v / %v", pt.TS, pt.PrefillEngines, pt.DecodeEngines, p, d)
+		}
+	}
+}
+
+// The timing oracle moves every engine it needs at its time, not before,
+// and the switched engines serve in their new role afterwards.
+func TestScheduledPolicyMovesAllEnginesAtItsTime(t *testing.T) {
+	r := runScheduled(t, "scheduled:5@5", 1, 300)
 	if r.Moves != 2 || r.Reversals != 0 {
 		t.Fatalf("moves %d, reversals %d; want 2 moves (3 -> 5 prefill), no reversal", r.Moves, r.Reversals)
 	}
-	if len(r.Series) < 25 {
-		t.Fatalf("series has %d points; want ≥ 25 one-second samples", len(r.Series))
-	}
-	for _, p := range r.Series[:5] {
-		if p.PrefillEngines != 3 || p.DecodeEngines != 3 {
-			t.Fatalf("at %v s: %v prefill / %v decode; want 3 / 3 before the scheduled time", p.TS, p.PrefillEngines, p.DecodeEngines)
-		}
-	}
-	for _, p := range r.Series[10:25] {
-		if p.PrefillEngines != 5 || p.DecodeEngines != 1 {
-			t.Fatalf("at %v s: %v prefill / %v decode; want 5 / 1 once the switch is done", p.TS, p.PrefillEngines, p.DecodeEngines)
-		}
-	}
-	if r.Completed != len(reqs) {
-		t.Fatalf("%d of %d requests completed", r.Completed, len(reqs))
-	}
+	wantSplit(t, r, 0, 5, 3, 3)   // before the scheduled time
+	wantSplit(t, r, 10, 25, 5, 1) // once the switch is done
 }
 
 // A schedule of several moves: each starts at its time and brings the
 // split to its target, counting engines still on their way.
 func TestScheduledPolicyFollowsASchedule(t *testing.T) {
-	cfg := testConfig("scheduled:5@5,5@6,4@20,2@21", 6) // 5@6: the first two are still on their way
-	cfg.InitialPrefill = 3
-	cfg.SwitchS = 3 // still switching at the second move
-	cfg.SampleS = 1
-	reqs := make([]Request, 400)
-	for i := range reqs {
-		reqs[i] = Request{ArrivalNs: int64(i) * 100e6, InputTokens: int64(100 + i%400), OutputTokens: int64(2 + i%8)}
-	}
-	r, err := Run(context.Background(), cfg, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// 5@6: the first two are still switching (3 s) and count as prefill.
+	r := runScheduled(t, "scheduled:5@5,5@6,4@20,2@21", 3, 400)
 	// 3 -> 5 (two engines), 5 -> 4 (one back), 4 -> 2 (two more back).
 	if r.Moves != 5 || r.Reversals != 1 {
 		t.Fatalf("moves %d, reversals %d; want 5 moves, 1 reversal", r.Moves, r.Reversals)
 	}
-	want := func(from, to int, p, d float64) {
-		t.Helper()
-		for _, pt := range r.Series[from:to] {
-			if pt.PrefillEngines != p || pt.DecodeEngines != d {
-				t.Fatalf("at %v s: %v prefill / %v decode; want %v / %v", pt.TS, pt.PrefillEngines, pt.DecodeEngines, p, d)
-			}
-		}
-	}
-	want(0, 5, 3, 3)
-	want(10, 20, 5, 1)
-	want(28, 38, 2, 4)
-	if r.Completed != len(reqs) {
-		t.Fatalf("%d of %d requests completed", r.Completed, len(reqs))
-	}
+	wantSplit(t, r, 0, 5, 3, 3)
+	wantSplit(t, r, 10, 20, 5, 1)
+	wantSplit(t, r, 28, 38, 2, 4)
 }
 
 func TestScheduledPolicyRejectsBadSpecs(t *testing.T) {

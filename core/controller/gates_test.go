@@ -413,41 +413,15 @@ func TestOverflowedOutputsNeedMeasuredDecodeShortage(t *testing.T) {
 // queue past the SLO, or with prediction_arrivals 0.
 func TestFewArrivalsPrefillPredictionNeedsMeasurement(t *testing.T) {
 	few := func() Inputs { return Inputs{Arrivals: steady(1536, 16, 4), Outputs: &fakeHistory{}} }
-	c := newTestController(t, testConfig(), 1, 7)
-	d := c.Step(t0, few())
-	if d.Action != ActionHold || d.Reason != "prefill deficit predicted from few arrivals, not measured" {
-		t.Fatalf("few arrivals: got %s %q (%s) best %+v; want the few-arrivals hold", d.Action, d.Blocked, d.Reason, d.Best)
-	}
-	if d.Snapshot.Short.Requests >= testConfig().PredictionArrivals || d.Best.Moves <= 0 || d.Current.PrefillPressure <= testConfig().TargetPressure {
-		t.Fatalf("scenario: %v arrivals, best %+v, current %+v; want fewer than %v arrivals predicting a prefill deficit",
-			d.Snapshot.Short.Requests, d.Best, d.Current, testConfig().PredictionArrivals)
-	}
-	off := testConfig()
-	off.PredictionArrivals = 0
 	queued := few()
 	queued.ObservedPrefill = PhaseObservation{Count: 50, Mean: 0.9, Max: 1.5}
-	for _, tc := range []struct {
-		name   string
-		cfg    Config
-		in     Inputs
-		np, nd int
-		prep   func(c *Controller)
-	}{
-		{"many arrivals", testConfig(), d2pInputs(), 4, 4, nil},
-		{"observed TTFT past target", testConfig(), queued, 1, 7, nil},
-		{"queue past the SLO", testConfig(), few(), 1, 7, func(c *Controller) {
+	checkFewArrivalsRule(t, 1, 7, few, "prefill deficit predicted from few arrivals, not measured", 1, []measuredCase{
+		{"many arrivals", d2pInputs(), 4, 4, nil},
+		{"observed TTFT past target", queued, 1, 7, nil},
+		{"queue past the SLO", few(), 1, 7, func(c *Controller) {
 			setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: 2}, 66144)
 		}},
-		{"prediction_arrivals 0", off, few(), 1, 7, nil},
-	} {
-		c := newTestController(t, tc.cfg, tc.np, tc.nd)
-		if tc.prep != nil {
-			tc.prep(c)
-		}
-		if d := c.Step(t0, tc.in); d.Action != ActionMove || d.Direction != "decode_to_prefill" {
-			t.Fatalf("%s: got %s %q (%s); want a decode->prefill move", tc.name, d.Action, d.Blocked, d.Reason)
-		}
-	}
+	})
 }
 
 // TestFewArrivalsDecodePredictionNeedsMeasurement: the decode side of
@@ -459,38 +433,55 @@ func TestFewArrivalsPrefillPredictionNeedsMeasurement(t *testing.T) {
 func TestFewArrivalsDecodePredictionNeedsMeasurement(t *testing.T) {
 	const capTok = 66144
 	few := func() Inputs { return Inputs{Arrivals: steady(256, 1536, 5), Outputs: &fakeHistory{}} }
-	c := newTestController(t, testConfig(), 7, 1)
-	d := c.Step(t0, few())
-	if d.Action != ActionHold || d.Reason != "decode deficit predicted from few arrivals, not measured" {
-		t.Fatalf("few arrivals: got %s %q (%s) best %+v current %+v; want the few-arrivals hold", d.Action, d.Blocked, d.Reason, d.Best, d.Current)
+	observed := few()
+	observed.ObservedDecode = PhaseObservation{Count: 50, Mean: 0.9, Max: 1.2}
+	checkFewArrivalsRule(t, 7, 1, few, "decode deficit predicted from few arrivals, not measured", -1, []measuredCase{
+		{"many arrivals", Inputs{Arrivals: steady(256, 1536, 7), Outputs: &fakeHistory{}}, 7, 1, nil},
+		{"observed TPOT past target", observed, 7, 1, nil},
+		{"resident KV past target", few(), 7, 1, func(c *Controller) {
+			setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 20, KVTokens: capTok * 85 / 100}, capTok)
+		}},
+	})
+}
+
+// measuredCase is a scenario in which the few-arrivals rule must not hold.
+type measuredCase struct {
+	name   string
+	in     Inputs
+	np, nd int
+	prep   func(c *Controller)
+}
+
+// checkFewArrivalsRule: on np:nd, few's inputs (fewer than
+// prediction_arrivals arrivals predicting a deficit of the phase dir
+// points to: 1 prefill, -1 decode) hold with reason; each case moves that
+// way, and so do few's inputs with prediction_arrivals 0.
+func checkFewArrivalsRule(t *testing.T, np, nd int, few func() Inputs, reason string, dir int, cases []measuredCase) {
+	t.Helper()
+	d := newTestController(t, testConfig(), np, nd).Step(t0, few())
+	if d.Action != ActionHold || d.Reason != reason {
+		t.Fatalf("few arrivals: got %s %q (%s) best %+v current %+v; want %q", d.Action, d.Blocked, d.Reason, d.Best, d.Current, reason)
 	}
-	if d.Snapshot.Short.Requests >= testConfig().PredictionArrivals || d.Best.Moves >= 0 || d.Current.DecodePressure <= testConfig().TargetPressure {
-		t.Fatalf("scenario: %v arrivals, best %+v, current %+v; want fewer than %v arrivals predicting a decode deficit",
-			d.Snapshot.Short.Requests, d.Best, d.Current, testConfig().PredictionArrivals)
+	dst, direction := d.Current.PrefillPressure, "decode_to_prefill"
+	if dir < 0 {
+		dst, direction = d.Current.DecodePressure, "prefill_to_decode"
+	}
+	if d.Snapshot.Short.Requests >= testConfig().PredictionArrivals || d.Best.Moves*dir <= 0 || dst <= testConfig().TargetPressure {
+		t.Fatalf("scenario: %v arrivals, best %+v, current %+v; want fewer than %v arrivals predicting a deficit toward %s",
+			d.Snapshot.Short.Requests, d.Best, d.Current, testConfig().PredictionArrivals, direction)
 	}
 	off := testConfig()
 	off.PredictionArrivals = 0
-	observed := few()
-	observed.ObservedDecode = PhaseObservation{Count: 50, Mean: 0.9, Max: 1.2}
-	for _, tc := range []struct {
-		name string
-		cfg  Config
-		in   Inputs
-		prep func(c *Controller)
-	}{
-		{"many arrivals", testConfig(), Inputs{Arrivals: steady(256, 1536, 7), Outputs: &fakeHistory{}}, nil},
-		{"observed TPOT past target", testConfig(), observed, nil},
-		{"resident KV past target", testConfig(), few(), func(c *Controller) {
-			setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 20, KVTokens: capTok * 85 / 100}, capTok)
-		}},
-		{"prediction_arrivals 0", off, few(), nil},
-	} {
-		c := newTestController(t, tc.cfg, 7, 1)
+	if d := newTestController(t, off, np, nd).Step(t0, few()); d.Action != ActionMove || d.Direction != direction {
+		t.Fatalf("prediction_arrivals 0: got %s %q (%s); want a %s move", d.Action, d.Blocked, d.Reason, direction)
+	}
+	for _, tc := range cases {
+		c := newTestController(t, testConfig(), tc.np, tc.nd)
 		if tc.prep != nil {
 			tc.prep(c)
 		}
-		if d := c.Step(t0, tc.in); d.Action != ActionMove || d.Direction != "prefill_to_decode" {
-			t.Fatalf("%s: got %s %q (%s) best %+v; want a prefill->decode move", tc.name, d.Action, d.Blocked, d.Reason, d.Best)
+		if d := c.Step(t0, tc.in); d.Action != ActionMove || d.Direction != direction {
+			t.Fatalf("%s: got %s %q (%s) best %+v; want a %s move", tc.name, d.Action, d.Blocked, d.Reason, d.Best, direction)
 		}
 	}
 }
