@@ -42,6 +42,9 @@ func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Res
 	if err != nil {
 		return nil, err
 	}
+	if o.progress != nil {
+		fmt.Fprintf(o.progress, "oracle: starting from static-best static:%d slo_attainment=%.4f\n", *sb.BestSplit, sb.SLOAttainment)
+	}
 	nw := int(reqs[len(reqs)-1].ArrivalNs/int64(OracleWindowS*1e9)) + 1
 	split := make([]int, nw)
 	for k := range split {

@@ -180,8 +180,9 @@ func (tp *thresholdPolicy) start(s *simulator, i int, to controller.Role, now in
 // move at the moment a trace's first burst begins and static-best's split
 // as the target, it bounds what any reactive controller could attain from
 // the same initial split: none can act before the burst is seen, nor move
-// more engines at once. With a schedule found in hindsight (benchmarks/slo/
-// oracle) it shows what foresight of the whole workload attains.
+// more engines at once. With a schedule searched in hindsight (the oracle
+// policy, oracle.go) it shows what foresight of the whole workload
+// attains.
 type scheduledPolicy struct {
 	noCore
 	rolesFromEngines
