@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -73,4 +74,14 @@ func parseMove(t *testing.T, m string) scheduledMove {
 		t.Fatalf("move %q: %v", m, err)
 	}
 	return spec.moves[0]
+}
+
+// A cancelled context stops the search with the context's error.
+func TestOracleStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg := testConfig("oracle", 6)
+	if _, err := Run(ctx, cfg, mixTurnover()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v; want context.Canceled", err)
+	}
 }
