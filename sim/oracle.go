@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -32,10 +31,6 @@ const (
 
 func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Result, error) {
 	start := time.Now()
-	par := cfg.Parallel
-	if par <= 0 {
-		par = 2
-	}
 	quiet := o
 	quiet.progress = nil
 	sb, err := runStaticBest(ctx, cfg, reqs, quiet)
@@ -50,15 +45,11 @@ func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Res
 	for k := range split {
 		split[k] = *sb.BestSplit
 	}
-	run := func(s []int) (*Result, error) {
-		c := cfg
-		c.Policy = oracleSchedule(cfg, s)
-		return Run(ctx, c, reqs, func(x *options) { *x = quiet })
-	}
-	best, err := run(split)
+	first, err := runPolicies(ctx, cfg, reqs, o, []string{oracleSchedule(cfg, split)}, nil)
 	if err != nil {
 		return nil, err
 	}
+	best := first[0]
 	met := func(r *Result) float64 { return r.SLOAttainment * float64(r.Requests) }
 	lastNote := time.Now()
 	for pass := 0; pass < OraclePasses; pass++ {
@@ -69,31 +60,20 @@ func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Res
 				lastNote = time.Now()
 			}
 			var cands [][]int
+			var pols []string
 			for _, d := range []int{-2, -1, 1, 2} {
 				if p := split[k] + d; p >= 1 && p < cfg.Engines {
 					s := append([]int(nil), split...)
 					s[k] = p
 					cands = append(cands, s)
+					pols = append(pols, oracleSchedule(cfg, s))
 				}
 			}
-			res := make([]*Result, len(cands))
-			errs := make([]error, len(cands))
-			sem := make(chan struct{}, par)
-			var wg sync.WaitGroup
-			for i := range cands {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func(i int) {
-					defer wg.Done()
-					defer func() { <-sem }()
-					res[i], errs[i] = run(cands[i])
-				}(i)
+			res, err := runPolicies(ctx, cfg, reqs, o, pols, nil)
+			if err != nil {
+				return nil, err
 			}
-			wg.Wait()
 			for i := range cands {
-				if errs[i] != nil {
-					return nil, errs[i]
-				}
 				if met(res[i]) > met(best) {
 					best, split, gained = res[i], cands[i], true
 				}

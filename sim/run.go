@@ -271,44 +271,67 @@ func Run(ctx context.Context, cfg Config, reqs []Request, opts ...Option) (*Resu
 	return res, nil
 }
 
-// runStaticBest runs every static split, cfg.Parallel at a time, and
-// returns the best by SLO attainment (ties: fewer prefill engines).
-func runStaticBest(ctx context.Context, cfg Config, reqs []Request, o options) (*Result, error) {
-	start := time.Now()
+// runPolicies runs reqs under each of pols, cfg.Parallel at a time (2
+// when unset), without progress lines; note, when not nil, sees each run
+// that succeeded (one at a time). The first error is returned.
+func runPolicies(ctx context.Context, cfg Config, reqs []Request, o options, pols []string, note func(i int, r *Result)) ([]*Result, error) {
 	par := cfg.Parallel
 	if par <= 0 {
 		par = 2
 	}
-	n := cfg.Engines - 1
-	results := make([]*Result, n)
-	errs := make([]error, n)
+	results := make([]*Result, len(pols))
+	errs := make([]error, len(pols))
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
 	quiet := o
 	quiet.progress = nil
-	for i := 0; i < n; i++ {
+	for i := range pols {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(p int) {
+		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			c := cfg
-			c.Policy = "static:" + strconv.Itoa(p)
-			r, err := Run(ctx, c, reqs, func(x *options) { *x = quiet })
-			results[p-1], errs[p-1] = r, err
-			if err == nil && o.progress != nil {
-				fmt.Fprintf(o.progress, "static-best: static:%d slo_attainment=%.4f\n", p, r.SLOAttainment)
+			c.Policy = pols[i]
+			results[i], errs[i] = Run(ctx, c, reqs, func(x *options) { *x = quiet })
+			if errs[i] == nil && note != nil {
+				mu.Lock()
+				note(i, results[i])
+				mu.Unlock()
 			}
-		}(i + 1)
+		}(i)
 	}
 	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// runStaticBest runs every static split, cfg.Parallel at a time, and
+// returns the best by SLO attainment (ties: fewer prefill engines).
+func runStaticBest(ctx context.Context, cfg Config, reqs []Request, o options) (*Result, error) {
+	start := time.Now()
+	n := cfg.Engines - 1
+	pols := make([]string, n)
+	for i := range pols {
+		pols[i] = "static:" + strconv.Itoa(i+1)
+	}
+	results, err := runPolicies(ctx, cfg, reqs, o, pols, func(i int, r *Result) {
+		if o.progress != nil {
+			fmt.Fprintf(o.progress, "static-best: static:%d slo_attainment=%.4f\n", i+1, r.SLOAttainment)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
 	var best *Result
 	bs := 0
 	splits := make([]Split, 0, n)
 	for i, r := range results {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
 		splits = append(splits, Split{Prefill: i + 1, SLOAttainment: r.SLOAttainment})
 		if best == nil || r.SLOAttainment > best.SLOAttainment {
 			best, bs = r, i+1
