@@ -31,9 +31,7 @@ const (
 
 func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Result, error) {
 	start := time.Now()
-	quiet := o
-	quiet.progress = nil
-	sb, err := runStaticBest(ctx, cfg, reqs, quiet)
+	sb, err := runStaticBest(ctx, cfg, reqs, o) // its progress lines are the oracle's first
 	if err != nil {
 		return nil, err
 	}
