@@ -498,6 +498,34 @@ func (s *Snapshot) decodeMeasuredShort(cur SplitScore, kvSoon bool, cfg Config) 
 	return kvSoon || s.ObservedDecode.past(cfg.TargetPressure, cfg) || s.kvPastTarget(cur, cfg)
 }
 
+// unmeasuredDeficit is the hold reason for a move toward best whose
+// deficit only a prediction it cannot trust shows, with no measurement
+// saying the destination is short; "" when the prediction may move an
+// engine on its own.
+//   - With overflow in the outputs history, decode is priced at the
+//     requested outputs and the default for unbounded ones: an upper
+//     bound, not an estimate.
+//   - A prediction from fewer than prediction_arrivals requests in the
+//     short window is a few requests' sizes (Mooncake's prompts reach
+//     126k tokens, its contexts 54k in one short window), on either side.
+//
+// Prefill is measured short by its queue or observed TTFT; decode by
+// observed TPOT, resident KV, or its projected exhaustion.
+func (s *Snapshot) unmeasuredDeficit(best, cur SplitScore, kvSoon bool, cfg Config) string {
+	few := s.Short.Requests < cfg.PredictionArrivals
+	switch {
+	case best.Moves > 0 && few && !s.prefillMeasuredShort(cfg):
+		return "prefill deficit predicted from few arrivals, not measured"
+	case best.Moves >= 0 || s.decodeMeasuredShort(cur, kvSoon, cfg):
+		return ""
+	case s.Out.Reason == OutputsOverflow:
+		return "decode deficit predicted from unlearned outputs, not measured"
+	case few:
+		return "decode deficit predicted from few arrivals, not measured"
+	}
+	return ""
+}
+
 // minLoadSeqs: resident sequences per decode engine needed before the
 // per-sequence cost is calibrated from observed TPOT (below it the fixed
 // step cost dominates and the estimate is noise).
@@ -594,26 +622,15 @@ func (c *Controller) decide(nowNs int64) Decision {
 	c.recordKV(nowNs, s.ResidentDecodeKV)
 	kvSoon := best.Moves < 0 && c.cfg.KVLeadS > 0 && c.kvExhaustsWithin(nowNs, cur.KVCapacityTokens*c.cfg.KVHeadroom, int64(c.cfg.KVLeadS*1e9))
 	d.KVExhaustion = kvSoon
+	unmeasured := s.unmeasuredDeficit(best, cur, kvSoon, c.cfg)
 	dir := 0
 	switch {
 	case best.Moves == 0:
 		d.Reason = "current split scores best"
 	case max(cur.PrefillPressure, cur.DecodePressure) <= c.cfg.TargetPressure && !kvSoon:
 		d.Reason = "both phases within target pressure"
-	case best.Moves < 0 && s.Out.Reason == OutputsOverflow && !s.decodeMeasuredShort(cur, kvSoon, c.cfg):
-		// With overflow in the outputs history, decode is priced at the
-		// requested outputs and the default for unbounded ones: an upper
-		// bound, not an estimate. A move toward decode then waits for a
-		// measurement to say decode is short (observed TPOT, resident KV,
-		// its projected exhaustion).
-		d.Reason = "decode deficit predicted from unlearned outputs, not measured"
-	case best.Moves > 0 && s.Short.Requests < c.cfg.PredictionArrivals && !s.prefillMeasuredShort(c.cfg):
-		// A prefill prediction from a few arrivals is a few prompts' sizes
-		// (Mooncake's reach 126k tokens): it moves an engine only once the
-		// prefill pool measures a shortage.
-		d.Reason = "prefill deficit predicted from few arrivals, not measured"
-	case best.Moves < 0 && s.Short.Requests < c.cfg.PredictionArrivals && !s.decodeMeasuredShort(cur, kvSoon, c.cfg):
-		d.Reason = "decode deficit predicted from few arrivals, not measured"
+	case unmeasured != "":
+		d.Reason = unmeasured
 	case !(improvement > c.cfg.HysteresisMargin) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
 		d.Reason = "improvement within hysteresis margin"
 	default:
