@@ -615,3 +615,79 @@ func TestBacklogSurgeArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// shiftHistory: one shape at ratePerS before atNs, another after, so
+// that a window's mix depends on where it lies (steady's does not).
+type shiftHistory struct {
+	before, after buckets.Shape
+	ratePerS      float64
+	atNs          int64
+}
+
+func (f *shiftHistory) Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.Cell, buckets.Window) {
+	w := buckets.Window{FromNs: fromNs, ToNs: toNs, Buckets: 1}
+	count := func(lo, hi int64) int64 {
+		lo, hi = max(lo, fromNs), min(hi, toNs)
+		if hi <= lo {
+			return 0
+		}
+		return int64(f.ratePerS*float64(hi-lo)/1e9 + 0.5)
+	}
+	for _, c := range []buckets.Cell{
+		{Shape: f.before, Count: count(math.MinInt64, f.atNs)},
+		{Shape: f.after, Count: count(f.atNs, math.MaxInt64)},
+	} {
+		if c.Count > 0 {
+			dst = append(dst, c)
+			w.Exact += c.Count
+		}
+	}
+	return dst, w
+}
+
+func (f *shiftHistory) Evidence(cutoffNs, toNs int64) buckets.Evidence {
+	return buckets.Evidence{SpanNs: 30 * sec, Observations: 1000, Buckets: 30}
+}
+
+// TestLearnedOutputsCalibratedWhileTheMixHolds: a learned output estimate
+// (completed outputs at half their requested length) is calibrated to
+// measured TPOT like the upper bound, so the current split prices decode
+// at the measurement; but not when the short window's mean output is
+// above the long window's (the mix has turned heavier than what the
+// resident sequences, and so TPOT, show): the learned price then stands.
+func TestLearnedOutputsCalibratedWhileTheMixHolds(t *testing.T) {
+	const capTok = 66144
+	learned := &fakeHistory{cells: []buckets.Cell{{Shape: buckets.Shape{Input: 512, Output: 256}, Count: 100}}}
+	step := func(arr HistoryReader, obs PhaseObservation) Decision {
+		t.Helper()
+		c := newTestController(t, testConfig(), 6, 2)
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 40, KVTokens: capTok / 4}, capTok)
+		setResident(t, c, RolePrefill, t0, Resident{}, capTok)
+		return c.Step(t0, Inputs{Arrivals: arr, Outputs: learned, ObservedDecode: obs})
+	}
+	held := steady(256, 512, 20)
+	model := step(held, PhaseObservation{})
+	if !model.Snapshot.Outputs.Learned || model.Snapshot.Outputs.Discount != 0.5 || model.Snapshot.OutputScale != 0 {
+		t.Fatalf("scenario: outputs %+v, scale %v; want a learned discount of 0.5 and no calibration without TPOT", model.Snapshot.Outputs, model.Snapshot.OutputScale)
+	}
+	low := PhaseObservation{Count: 50, Mean: 0.3, Max: 0.5}
+	if model.Current.LongDecode < 2*low.Mean || model.Current.LongDecode > 100 {
+		t.Fatalf("scenario: the learned model prices decode at %v; want at least twice the measured %v, not saturated", model.Current.LongDecode, low.Mean)
+	}
+	d := step(held, low)
+	if sc := d.Snapshot.OutputScale; sc <= 0 || sc >= 1 {
+		t.Fatalf("steady mix: output scale %v; want a calibration in (0, 1)", sc)
+	}
+	if math.Abs(d.Current.LongDecode-low.Mean) > 1e-3 {
+		t.Fatalf("steady mix: current long-horizon decode %v; want the measured %v (model %v)", d.Current.LongDecode, low.Mean, model.Current.LongDecode)
+	}
+	// The same rate, but the last 5 s request 1024 tokens instead of 512.
+	shifted := &shiftHistory{before: buckets.Shape{Input: 256, Output: 512}, after: buckets.Shape{Input: 256, Output: 1024}, ratePerS: 20, atNs: t0 - 5*sec}
+	d = step(shifted, low)
+	if d.Snapshot.Short.MeanOutput <= d.Snapshot.Long.MeanOutput {
+		t.Fatalf("scenario: short mean output %v, long %v; want the short window heavier", d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput)
+	}
+	if d.Snapshot.OutputScale != 0 || d.Current.LongDecode <= low.Mean {
+		t.Fatalf("heavier mix: output scale %v, long decode %v; want the learned price (no calibration) above the measured %v", d.Snapshot.OutputScale, d.Current.LongDecode, low.Mean)
+	}
+}

@@ -147,8 +147,9 @@ type Snapshot struct {
 	Long  HorizonDemand  `json:"long"`
 	Out   OutputEstimate `json:"outputs"`
 	// OutputScale: the factor on the mean output (both horizons) that
-	// calibrates an upper-bound decode price to measured TPOT (see
-	// calibrateOutputs); 0 when none applies.
+	// calibrates the decode price (an upper bound, or a learned estimate
+	// while the mix holds) to measured TPOT (see calibrateOutputs); 0
+	// when none applies.
 	OutputScale float64 `json:"output_scale"`
 	// DecodeCorrection scales the decode model by observed / modelled TPOT
 	// at the current residency (1 without enough observations).
@@ -620,8 +621,21 @@ func RecoveryPrefillRatio(observed, residentPrefillS, queuedPrefillS float64, pr
 func (s *Snapshot) calibrateOutputs() {
 	s.OutputScale = 0
 	nD := s.DecodeEngines + s.IncomingDecode
-	if s.Out.Reason != OutputsOverflow || s.ObservedDecode.Count < s.Config.MinObservations ||
-		s.ObservedDecode.Mean > s.Config.TargetPressure || s.DecodeEngines == 0 || s.prefillBehind {
+	if s.ObservedDecode.Count < s.Config.MinObservations || s.ObservedDecode.Mean > s.Config.TargetPressure ||
+		s.DecodeEngines == 0 || s.prefillBehind {
+		return
+	}
+	// An upper bound (overflowed outputs) is calibrated whatever the mix;
+	// a learned estimate only while the arriving mix is not heavier than
+	// the one TPOT measured: a short window whose mean output exceeds the
+	// long window's is a shift the resident sequences do not show yet.
+	switch {
+	case s.Out.Reason == OutputsOverflow:
+	case s.Out.Learned:
+		if s.Short.MeanOutput > s.Long.MeanOutput {
+			return
+		}
+	default:
 		return
 	}
 	tpotObs := s.ObservedDecode.Mean * s.Timing.TPOTSLOS
