@@ -617,7 +617,10 @@ func RecoveryPrefillRatio(observed, residentPrefillS, queuedPrefillS float64, pr
 // is priced, not that an upper bound outweighs a measurement in scoring.
 // Measured TPOT lags a prefill backlog's release (decode is starved while
 // prefill is behind), so while the prefill queue is past the TTFT SLO the
-// upper bound stands.
+// upper bound stands. A learned estimate is calibrated the same way while
+// the arriving mix is not heavier than the measured one (short-window
+// mean output at most the long window's); with no completed output yet
+// there is no estimate to calibrate.
 func (s *Snapshot) calibrateOutputs() {
 	s.OutputScale = 0
 	nD := s.DecodeEngines + s.IncomingDecode
