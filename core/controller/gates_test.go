@@ -616,39 +616,6 @@ func TestBacklogSurgeArithmetic(t *testing.T) {
 	}
 }
 
-// shiftHistory: one shape at ratePerS before atNs, another after, so
-// that a window's mix depends on where it lies (steady's does not).
-type shiftHistory struct {
-	before, after buckets.Shape
-	ratePerS      float64
-	atNs          int64
-}
-
-func (f *shiftHistory) Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.Cell, buckets.Window) {
-	w := buckets.Window{FromNs: fromNs, ToNs: toNs, Buckets: 1}
-	count := func(lo, hi int64) int64 {
-		lo, hi = max(lo, fromNs), min(hi, toNs)
-		if hi <= lo {
-			return 0
-		}
-		return int64(f.ratePerS*float64(hi-lo)/1e9 + 0.5)
-	}
-	for _, c := range []buckets.Cell{
-		{Shape: f.before, Count: count(math.MinInt64, f.atNs)},
-		{Shape: f.after, Count: count(f.atNs, math.MaxInt64)},
-	} {
-		if c.Count > 0 {
-			dst = append(dst, c)
-			w.Exact += c.Count
-		}
-	}
-	return dst, w
-}
-
-func (f *shiftHistory) Evidence(cutoffNs, toNs int64) buckets.Evidence {
-	return buckets.Evidence{SpanNs: 30 * sec, Observations: 1000, Buckets: 30}
-}
-
 // TestLearnedOutputsCalibratedWhileTheMixHolds: a learned output estimate
 // (completed outputs at half their requested length) is calibrated to
 // measured TPOT like the upper bound, so the current split prices decode
@@ -682,7 +649,10 @@ func TestLearnedOutputsCalibratedWhileTheMixHolds(t *testing.T) {
 		t.Fatalf("steady mix: current long-horizon decode %v; want the measured %v (model %v)", d.Current.LongDecode, low.Mean, model.Current.LongDecode)
 	}
 	// The same rate, but the last 5 s request 1024 tokens instead of 512.
-	shifted := &shiftHistory{before: buckets.Shape{Input: 256, Output: 512}, after: buckets.Shape{Input: 256, Output: 1024}, ratePerS: 20, atNs: t0 - 5*sec}
+	shifted := steady(256, 512, 20)
+	shifted.cells = append(shifted.cells, buckets.Cell{Shape: buckets.Shape{Input: 256, Output: 1024}})
+	shifted.perS = append(shifted.perS, 20)
+	shifted.since, shifted.until = []int64{0, t0 - 5*sec}, []int64{t0 - 5*sec, 0}
 	d = step(shifted, low)
 	if d.Snapshot.Short.MeanOutput <= d.Snapshot.Long.MeanOutput {
 		t.Fatalf("scenario: short mean output %v, long %v; want the short window heavier", d.Snapshot.Short.MeanOutput, d.Snapshot.Long.MeanOutput)

@@ -13,21 +13,34 @@ const sec = int64(1e9)
 // window, scaled to each window's span, and a fixed evidence answer. It
 // counts Window calls.
 type fakeHistory struct {
-	cells    []buckets.Cell // Count: per second... scaled by perS
-	perS     []float64
-	overflow buckets.Cohort
-	ev       buckets.Evidence
-	windows  int
-	lastCut  int64
+	cells []buckets.Cell // Count: per second... scaled by perS
+	perS  []float64
+	// since and until (optional, with perS): cell i arrives only in
+	// [since[i], until[i]) (0: unbounded), so that a window's mix depends
+	// on where it lies; a bounded cell outside a window is left out.
+	since, until []int64
+	overflow     buckets.Cohort
+	ev           buckets.Evidence
+	windows      int
+	lastCut      int64
 }
 
 func (f *fakeHistory) Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.Cell, buckets.Window) {
 	f.windows++
 	w := buckets.Window{FromNs: fromNs, ToNs: toNs, Buckets: 1, Overflow: f.overflow}
-	spanS := float64(toNs-fromNs) / 1e9
 	for i, c := range f.cells {
 		if f.perS != nil {
-			c.Count = int64(f.perS[i]*spanS + 0.5)
+			lo, hi := fromNs, toNs
+			if f.since != nil && f.since[i] != 0 {
+				lo = max(lo, f.since[i])
+			}
+			if f.until != nil && f.until[i] != 0 {
+				hi = min(hi, f.until[i])
+			}
+			if hi <= lo && (lo != fromNs || hi != toNs) {
+				continue
+			}
+			c.Count = int64(f.perS[i]*float64(hi-lo)/1e9 + 0.5)
 		}
 		dst = append(dst, c)
 		w.Exact += c.Count
