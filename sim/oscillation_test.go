@@ -34,7 +34,7 @@ func stationaryWorkload(n int, ratePerS float64, seed uint64, shape func(*rand.R
 // outputs of 150-600 at 40 req/s, a load that keeps both phases near
 // target pressure at the best split; there the controller still adjusts
 // to the horizon's Poisson noise now and then (measured: 3-6 moves and
-// 1-2 reversals in 30 minutes, benchmarks/slo/README.md), and the test
+// 1-2 reversals in 30 minutes, benchmarks/slo/HISTORY.md), and the test
 // only bounds that loosely: its first move toward decode, at most 8 moves
 // and 2 reversals in all (the same controller with confirmation,
 // hysteresis, cooldown and dwell all off stays inside it too; the
