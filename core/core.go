@@ -411,12 +411,14 @@ func (c *Core) Decisions(sinceSeq uint64, limit int) []controller.Decision {
 
 // Collectors returns the Prometheus collectors (read at scrape time): the
 // demand history (narwhal_demand_history_*), the controller
-// (narwhal_controller_*, narwhal_engines) and SLO attainment.
+// (narwhal_controller_*, narwhal_engines), SLO attainment over the
+// retained window and the monotonic narwhal_requests_*_total counters.
 func (c *Core) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		buckets.NewCollector(c.demand),
 		c.ctrl.Collector(),
 		buckets.NewAttainmentCollector(c.att, c.latestNs),
+		buckets.NewTotalsCollector(c.att.Totals()),
 	}
 }
 

@@ -29,12 +29,13 @@ type Attainment struct {
 	stripeMask int
 	stripeLog  uint
 	expired    atomic.Int64
+	totals     *Totals // monotonic, never expire (totals.go)
 }
 
 // NewAttainment builds attainment buckets intervalNs wide retained for
 // retentionNs (four demand windows, by the spec).
 func NewAttainment(intervalNs, retentionNs int64) (*Attainment, error) {
-	a := &Attainment{}
+	a := &Attainment{totals: newTotals()}
 	if err := a.r.Init(intervalNs, retentionNs); err != nil {
 		return nil, fmt.Errorf("buckets: new attainment: %w: %w", ErrInvalidConfig, err)
 	}
@@ -75,6 +76,7 @@ func (a *Attainment) Record(tsNs int64, o Outcome, ttftMet, tpotMet bool) bool {
 	if tpotMet {
 		ring.Add(&b.c[base+cntTPOT], tag, 1)
 	}
+	a.totals.add(o, ttftMet, tpotMet)
 	a.r.AfterWrite(e, a)
 	return true
 }
