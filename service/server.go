@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/narwhal-io/narwhal/core/fleet"
+	"github.com/narwhal-io/narwhal/service/ui"
 )
 
 // Decision listing limits for GET /v1/decisions.
@@ -83,6 +84,7 @@ type Server struct {
 	prom     *prometheus.Registry
 	ingest   *Ingest
 	handler  http.Handler
+	page     *ui.Page // the status page at / (status.go)
 
 	api, admin     *http.Server
 	apiLn, adminLn net.Listener
@@ -134,6 +136,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	cs = append(cs, s.metrics.collectors()...)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
+	cs = append(cs, newOpsCollector(s))
 	cs = append(cs, s.extraCollectors...)
 	for _, col := range cs {
 		if err := s.prom.Register(col); err != nil {
@@ -141,6 +144,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		}
 	}
 	s.ingest = newIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
+	s.addStatusPage()
 	var err error
 	if s.handler, err = s.routes(); err != nil {
 		return nil, err
@@ -322,9 +326,8 @@ func (s *Server) routes() (http.Handler, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	mux.Handle("/readyz", getOnly(s.handleReady))
-	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorReply{"no such endpoint: " + r.URL.Path})
-	}))
+	mux.Handle("/ui/", m.instrument("ui", getOnly(s.page.Handler().ServeHTTP)))
+	mux.Handle("/", s.rootHandler())
 	for _, rt := range s.extraRoutes {
 		h := rt.Handler
 		if rt.Pattern == "" || h == nil {
@@ -367,7 +370,7 @@ func (s *Server) handleRoles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.core.State(s.now()))
+	writeJSON(w, http.StatusOK, s.state())
 }
 
 func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
@@ -396,7 +399,7 @@ func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	ds := s.core.Decisions(since, limit)
+	ds := s.decisions(q.Has("since"), since, limit)
 	if ds == nil {
 		ds = []decision{}
 	}

@@ -212,10 +212,10 @@ func TestDecisionsParams(t *testing.T) {
 		}
 	}
 	f("", 200, `{"decisions":[{"seq":1,`)
-	f("", 200, `"reason":"limit=100"`)
+	f("?since=0", 200, `"reason":"limit=100"`)
 	f("?since=41&limit=7", 200, `{"decisions":[{"seq":42,`)
 	f("?since=41&limit=7", 200, `"reason":"limit=7"`)
-	f("?limit=1000", 200, `"reason":"limit=1000"`)
+	f("?since=0&limit=1000", 200, `"reason":"limit=1000"`)
 	f("?limit=0", 400, `limit must be an integer in [1, 1000], got \"0\"`)
 	f("?limit=1001", 400, "limit must be")
 	f("?limit=x", 400, "limit must be")
