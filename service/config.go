@@ -281,7 +281,7 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 			fs.Func(name, s.help(), record)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(joinBoolValues(args, leaves)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
 		}

@@ -160,8 +160,10 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	if s.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
+	if s.apiLn == nil { // else WithListener's
+		if s.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
+		}
 	}
 	if cfg.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)

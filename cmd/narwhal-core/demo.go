@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,13 +29,7 @@ import (
 func demoMain(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err := runDemo(ctx, args, os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stdout, "usage: narwhal-core [--demo [--listen ADDR] [--pace X] [--rate-scale X] [--engines N]]")
-		fmt.Fprintln(os.Stdout, "       narwhal-core --config FILE [flags]   (the service; --help lists its settings)")
-		return nil
-	}
-	return err
+	return runDemo(ctx, args, os.Stdout, os.Stderr)
 }
 
 // demoConfig are the demo's few knobs (flags after --demo).
@@ -45,15 +40,28 @@ type demoConfig struct {
 	engines   int
 }
 
-func parseDemo(args []string) (demoConfig, error) {
-	dc := demoConfig{listen: "127.0.0.1:8080", pace: 30, rateScale: 4, engines: 16}
+// demoFlags declares the demo's flags on a fresh flag set over dc.
+func demoFlags(dc *demoConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("narwhal-core --demo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&dc.listen, "listen", dc.listen, "API listen address (host:port; port 0 picks one)")
+	fs.StringVar(&dc.listen, "listen", dc.listen, "API and status page listen address (host:port; port 0 picks one)")
 	fs.Float64Var(&dc.pace, "pace", dc.pace, "virtual seconds per wall second")
 	fs.Float64Var(&dc.rateScale, "rate-scale", dc.rateScale, "compress the trace's arrivals by this factor")
 	fs.IntVar(&dc.engines, "engines", dc.engines, "simulated engines")
+	return fs
+}
+
+func defaultDemo() demoConfig {
+	return demoConfig{listen: "127.0.0.1:8080", pace: 30, rateScale: 4, engines: 16}
+}
+
+func parseDemo(args []string) (demoConfig, error) {
+	dc := defaultDemo()
+	fs := demoFlags(&dc)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return dc, err
+		}
 		return dc, fmt.Errorf("demo flags: %w", err)
 	}
 	if fs.NArg() > 0 {
@@ -78,6 +86,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// Bind first: a taken port fails now, not after the whole replay.
+	ln, err := net.Listen("tcp", dc.listen)
+	if err != nil {
+		return fmt.Errorf("demo: %w (is another narwhal-core running? --listen 127.0.0.1:0 picks a free port)", err)
+	}
+	bound := false // service.New took ln over
+	defer func() {
+		if !bound {
+			ln.Close()
+		}
+	}()
+	fmt.Fprintf(stderr, "narwhal-core demo: status page on http://%s/ (API: /v1/state, /v1/roles, /v1/decisions?limit=5, /metrics)\n", ln.Addr())
 	logger := service.NewLogger(stderr, "warn")
 	trace, err := sim.BundledTrace()
 	if err != nil {
@@ -88,7 +108,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("demo: %w", err)
 	}
 	scfg := service.DefaultConfig()
-	scfg.Listen = dc.listen
+	scfg.Listen = ln.Addr().String()
 	scfg.Auth.AllowUnauthenticated = true // loopback demo: no secrets to hand out
 	scfg.Agents.Required = false          // the simulator is the engine table's source
 	if err := scfg.Validate(); err != nil {
@@ -105,17 +125,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	serveErr := make(chan error, 1)
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	defer stopSrv()
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	var srv *service.Server
 	ready := func(c *core.Core) {
 		s, err := service.New(scfg, c, logger,
+			service.WithListener(ln),
 			service.WithoutControlLoop(), // the simulator steps the core in virtual time
 			service.WithClock(virtualNs.Load))
 		if err != nil {
 			serveErr <- err
+			stopRun() // no replay without its service
 			return
 		}
-		srv = s
-		fmt.Fprintf(stderr, "narwhal-core demo: API on http://%s (try /v1/state, /v1/roles, /v1/decisions, /metrics)\n", s.Addr())
+		srv, bound = s, true
 		fmt.Fprintf(stderr, "narwhal-core demo: replaying %s ×%g at %g× real time on %d simulated engines\n",
 			sim.BundledTraceName, dc.rateScale, dc.pace, dc.engines)
 		go func() { serveErr <- s.Serve(srvCtx) }()
@@ -124,7 +147,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		virtualNs.Store(d.AtNs)
 		fmt.Fprintln(stdout, decisionLine(d, cfg.StartUnixNs))
 	}
-	res, err := sim.Run(ctx, cfg, reqs, sim.WithPace(dc.pace), sim.WithCoreReady(ready),
+	res, err := sim.Run(runCtx, cfg, reqs, sim.WithPace(dc.pace), sim.WithCoreReady(ready),
 		sim.WithDecisionHook(hook), sim.WithProgress(stderr))
 	served := false // Serve's (or New's) result already received
 	select {

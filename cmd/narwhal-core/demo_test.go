@@ -41,7 +41,7 @@ func TestDemoServesStateWhileDeciding(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runDemo(ctx, []string{"--listen", "127.0.0.1:0", "--pace", "40"}, &stdout, &stderr) }()
 
-	addrRe := regexp.MustCompile(`API on http://(\S+) `)
+	addrRe := regexp.MustCompile(`status page on http://(\S+)/ `)
 	var base string
 	deadline := time.Now().Add(20 * time.Second)
 	for base == "" {

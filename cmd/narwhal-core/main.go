@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -30,7 +31,7 @@ func main() {
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			service.Usage(os.Stdout)
+			usage(os.Stdout)
 			return
 		}
 		fmt.Fprintf(os.Stderr, "narwhal-core: %v\n", err)
@@ -73,4 +74,20 @@ func run(args []string) error {
 		return err
 	}
 	return srv.Serve(ctx)
+}
+
+// usage is --help: both ways to run, the demo's flags and every service
+// setting.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "narwhal-core: keeps a disaggregated LLM serving cluster within its TTFT/TPOT SLOs.\n\n")
+	fmt.Fprintf(w, "Usage:\n  narwhal-core                      the demo: a simulated cluster replays a bundled trace; status page and API on 127.0.0.1:8080\n")
+	fmt.Fprintf(w, "  narwhal-core --demo [DEMO FLAGS]  the same, with its flags\n")
+	fmt.Fprintf(w, "  narwhal-core --config FILE [--SETTING VALUE ...]   the service\n\nDemo flags (after --demo):\n")
+	dc := defaultDemo()
+	fs := demoFlags(&dc)
+	fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(w, "  --%s  %s (default %s)\n", f.Name, f.Usage, f.DefValue)
+	})
+	fmt.Fprintln(w)
+	service.Usage(w)
 }

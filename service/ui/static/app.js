@@ -3,7 +3,7 @@
 "use strict";
 
 const NS = "http://www.w3.org/2000/svg";
-const W = 600, H = 180, L = 44, R = 44, T = 10, B = 22;
+const W = 480, H = 190, L = 40, R = 40, T = 18, B = 18;
 const COLORS = { prefill: "#2563eb", decode: "#ea580c", moving: "#9ca3af", ttft: "#16a34a", tpot: "#9333ea" };
 
 function el(name, attrs, parent) {
@@ -67,9 +67,10 @@ function chart(svg, samples, series, opts) {
       prev = v;
     }
     if (d) el("path", { d: d, fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.key }, svg);
-    el("rect", { x: lx, y: T + 2, width: 10, height: 3, fill: s.color }, svg);
-    text(svg, lx + 13, T + 7, s.label + (s.right ? " (right)" : ""));
-    lx += 13 + 7 * s.label.length + (s.right ? 45 : 12);
+    const label = s.label + (s.right ? " (right axis)" : "");
+    el("rect", { x: lx, y: 4, width: 10, height: 4, fill: s.color }, svg);
+    text(svg, lx + 13, 10, label);
+    lx += 13 + 6.5 * label.length + 14;
   }
 }
 
@@ -82,8 +83,8 @@ function cell(tr, s, cls) {
   tr.appendChild(td);
 }
 
-function renderDecisions(ds, t1) {
-  const tbody = document.querySelector("#decisions tbody");
+function renderDecisions(id, ds, t1) {
+  const tbody = document.querySelector("#" + id + " tbody");
   tbody.textContent = "";
   for (const d of ds.slice().reverse()) {
     const tr = document.createElement("tr");
@@ -111,7 +112,7 @@ async function getJSON(url) {
 async function tick() {
   const status = document.getElementById("status");
   try {
-    const [series, decs] = await Promise.all([getJSON("/ui/api/series"), getJSON("/v1/decisions?limit=15")]);
+    const [series, decs] = await Promise.all([getJSON("/ui/api/series"), getJSON("/v1/decisions?limit=600")]);
     const s = series.samples || [];
     const ds = decs.decisions || [];
     const last = s.length ? s[s.length - 1] : null;
@@ -141,7 +142,9 @@ async function tick() {
       { key: "ttft", label: "TTFT", color: COLORS.ttft },
       { key: "tpot", label: "TPOT", color: COLORS.tpot },
     ], { max: 100 });
-    renderDecisions(ds, last ? last.at_ns : 0);
+    const t1 = last ? last.at_ns : 0;
+    renderDecisions("decisions", ds.slice(-6), t1);
+    renderDecisions("moves", ds.filter((d) => d.action !== "hold").slice(-10), t1);
     status.textContent = "live · " + s.length + " samples · updated " + new Date().toLocaleTimeString();
     status.className = "status";
     document.getElementById("main").dataset.ready = "1";
