@@ -212,7 +212,7 @@ func (m *Metrics) readCacheConfig(f *dto.MetricFamily) {
 			m.CapacityTokens = min(m.CapacityTokens+sizeTokens, maxCount)
 			if blocks > 0 && blockSize > 0 && blocks*blockSize != sizeTokens {
 				m.Notes = append(m.Notes, fmt.Sprintf(
-					"kv_cache_size_tokens %d != num_gpu_blocks %d × block_size %d (hybrid model?): used kv_cache_size_tokens",
+					"KV capacity from kv_cache_size_tokens (%d), which differs from num_gpu_blocks %d × block_size %d as it does for hybrid models",
 					sizeTokens, blocks, blockSize))
 			}
 		case blocks > 0 && blockSize > 0 && blocks <= maxCount/blockSize:

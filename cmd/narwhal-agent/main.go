@@ -41,9 +41,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return serve(ctx, args, stderr)
 }
 
+// agentUsage heads --help: the two commands.
+const agentUsage = `narwhal-agent: the per-node agent (NVML, engine metrics, liveness) streaming to narwhal-core.
+
+Usage:
+  narwhal-agent [run] [-config FILE] [-listen ADDR] [-log-level LEVEL]
+      run the agent (the default command)
+  narwhal-agent scrape -kind vllm|sglang (-url URL | -file FILE) [-json] [geometry flags]
+      read one engine's metrics once and print what the agent sees
+      (narwhal-agent scrape -h lists its flags)
+
+Flags of run:
+`
+
 func scrape(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scrape", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: narwhal-agent scrape -kind vllm|sglang (-url URL | -file FILE) [flags]")
+		fs.PrintDefaults()
+	}
 	kind := fs.String("kind", "vllm", "engine kind: vllm or sglang")
 	url := fs.String("url", "", "engine metrics URL")
 	file := fs.String("file", "", "file holding a metrics body (instead of -url)")
@@ -81,8 +98,13 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "narwhal-agent scrape:", err)
 		return 1
 	}
+	// -tp defaults to 1, so the geometry is given when any model field is.
+	geometry := g.Layers != 0 || g.KVHeads != 0 || g.HeadDim != 0 || g.DTypeBytes != 0
+	if !geometry {
+		g = engine.Geometry{}
+	}
 	var lim *engine.KVLimit
-	if !g.Zero() || *memGiB > 0 {
+	if geometry || *memGiB > 0 {
 		l := engine.CrossCheck(m.CapacityTokens, uint64(*memGiB*(1<<30)), g, m.GPUMemoryUtilization)
 		lim = &l
 	}
@@ -116,8 +138,12 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "kv tokens used     %s\n", num(m.KVUsedTokens))
 	fmt.Fprintf(stdout, "kv capacity tokens %s\n", num(max(m.CapacityTokens, 0)))
-	if m.NumGPUBlocks > 0 {
+	if m.NumGPUBlocks > 0 && m.BlockSize > 0 && m.NumGPUBlocks*m.BlockSize == m.CapacityTokens {
 		fmt.Fprintf(stdout, "  = num_gpu_blocks %d × block_size %d\n", m.NumGPUBlocks, m.BlockSize)
+	} else if m.NumGPUBlocks > 0 && m.CapacityTokens > 0 {
+		// Hybrid models (attention + mamba layers) report a token pool
+		// that is not blocks × block size.
+		fmt.Fprintf(stdout, "  = kv_cache_size_tokens (num_gpu_blocks %d, block_size %d)\n", m.NumGPUBlocks, m.BlockSize)
 	}
 	if m.GPUMemoryUtilization > 0 {
 		fmt.Fprintf(stdout, "gpu mem util       %.2f\n", m.GPUMemoryUtilization)
@@ -129,11 +155,20 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note               %s\n", n)
 	}
 	if lim != nil {
-		fmt.Fprintf(stdout, "kv bytes/token     %d\n", lim.BytesPerToken)
-		fmt.Fprintf(stdout, "kv nvml bound      %d tokens\n", lim.BoundTokens)
+		if lim.BoundTokens > 0 {
+			fmt.Fprintf(stdout, "kv bytes/token     %d\n", lim.BytesPerToken)
+			fmt.Fprintf(stdout, "kv nvml bound      %d tokens\n", lim.BoundTokens)
+		}
 		fmt.Fprintf(stdout, "kv limit           %d tokens (%s)\n", lim.Tokens, lim.Source)
-		if lim.Disagreement != "" {
+		switch {
+		case lim.Source == engine.KVSourceEngine && lim.BoundTokens == 0:
+			// Informational: the engine's number is used as it is.
+			fmt.Fprintf(stdout, "kv cross-check     skipped (%s; give -layers, -kv-heads, -head-dim, -dtype-bytes and -gpu-mem-gib to run it)\n",
+				strings.TrimPrefix(lim.Disagreement, "not cross-checked: "))
+		case lim.Disagreement != "":
 			fmt.Fprintf(stdout, "kv disagreement    %s\n", lim.Disagreement)
+		default:
+			fmt.Fprintf(stdout, "kv cross-check     agrees\n")
 		}
 	}
 	return 0
@@ -142,10 +177,17 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("narwhal-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, agentUsage)
+		fs.PrintDefaults()
+	}
 	cfgPath := fs.String("config", "/etc/narwhal/agent.yaml", "configuration file (YAML)")
 	listen := fs.String("listen", ":9400", "address for /healthz and /metrics")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	var lv slog.Level
