@@ -31,7 +31,8 @@ type Config struct {
 	AdminListen string `yaml:"admin_listen" json:"admin_listen"`
 	// DataDir holds the decision journal (journal.jsonl) and the
 	// controller state (state.json); empty keeps both in memory only.
-	DataDir  string `yaml:"data_dir" json:"data_dir"`
+	DataDir string `yaml:"data_dir" json:"data_dir"`
+	// LogLevel is debug, info, warn or error (logs are JSON on stderr).
 	LogLevel string `yaml:"log_level" json:"log_level"`
 
 	Auth    AuthConfig   `yaml:"auth" json:"auth"`
@@ -362,6 +363,10 @@ func decodeYAML(b []byte, cfg *Config) error {
 type setting struct {
 	path string
 	v    reflect.Value
+	// field is the struct field and owner the struct that declares it
+	// (for the generated configuration reference, settingsdoc.go).
+	field reflect.StructField
+	owner reflect.Type
 }
 
 func (s setting) env() string {
@@ -440,7 +445,7 @@ func walkSettings(v reflect.Value, prefix string, out *[]setting) {
 		case reflect.String, reflect.Bool, reflect.Float32, reflect.Float64,
 			reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			*out = append(*out, setting{path: path, v: fv})
+			*out = append(*out, setting{path: path, v: fv, field: f, owner: t})
 		}
 	}
 }

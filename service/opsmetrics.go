@@ -100,3 +100,9 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// Collectors returns every collector the server registered on /metrics
+// (for tools: the metrics reference is generated from their descriptors).
+func (s *Server) Collectors() []prometheus.Collector {
+	return append([]prometheus.Collector(nil), s.collectors...)
+}

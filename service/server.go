@@ -85,6 +85,8 @@ type Server struct {
 	ingest   *Ingest
 	handler  http.Handler
 	page     *ui.Page // the status page at / (status.go)
+	// collectors is every collector on /metrics (Collectors).
+	collectors []prometheus.Collector
 
 	api, admin     *http.Server
 	apiLn, adminLn net.Listener
@@ -143,6 +145,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 			return nil, fmt.Errorf("service: registering metrics: %w", err)
 		}
 	}
+	s.collectors = cs
 	s.ingest = newIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
 	s.addStatusPage()
 	var err error

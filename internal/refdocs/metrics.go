@@ -1,0 +1,222 @@
+package refdocs
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/agent/engine"
+	"github.com/narwhal-io/narwhal/service"
+)
+
+// Metric is one registered metric family.
+type Metric struct {
+	Name, Type, Help string
+	Labels           []string
+	// Process is narwhal-core or narwhal-agent.
+	Process string
+}
+
+// Catalog lists every narwhal_* metric the two processes register: a
+// narwhal-core built as a Kubernetes replica (which registers everything
+// the single-replica service does, plus the leader, cluster and demand
+// merge metrics) and a narwhal-agent with one engine and a core URL.
+// Families come from the collectors' descriptors; types from a gather
+// after one request to each read endpoint, else from the collector's Go
+// type, else from the name (_total: counter).
+func Catalog() ([]Metric, error) {
+	quiet := slog.New(slog.DiscardHandler)
+	cfg := service.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Auth.Token = "catalog"
+	cfg.Agents.Required = false
+	cfg.Kubernetes.Enabled = true
+	cfg.Kubernetes.Namespace, cfg.Kubernetes.PodName = "narwhal", "narwhal-core-0"
+	srv, _, err := service.NewKubeServer(cfg, fake.NewClientset(), quiet)
+	if err != nil {
+		return nil, fmt.Errorf("refdocs: building a core: %w", err)
+	}
+	defer srv.Close()
+	for _, p := range []string{"/v1/state", "/v1/roles", "/metrics"} {
+		srv.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
+	}
+	core, err := families("narwhal-core", srv.Collectors())
+	if err != nil {
+		return nil, err
+	}
+	a, err := agent.New(agent.Config{Node: "n", CoreURL: "http://127.0.0.1:1", Engines: []agent.EngineConfig{{
+		ID: "e", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"}}})
+	if err != nil {
+		return nil, fmt.Errorf("refdocs: building an agent: %w", err)
+	}
+	ag, err := families("narwhal-agent", a.Collectors())
+	if err != nil {
+		return nil, err
+	}
+	all := append(core, ag...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return all, nil
+}
+
+func families(process string, cs []prometheus.Collector) ([]Metric, error) {
+	reg := prometheus.NewRegistry()
+	byName := map[string]*Metric{}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("refdocs: %s: %w", process, err)
+		}
+		goType := ""
+		switch c.(type) {
+		case *prometheus.CounterVec:
+			goType = "counter"
+		case *prometheus.GaugeVec:
+			goType = "gauge"
+		case *prometheus.HistogramVec:
+			goType = "histogram"
+		case *prometheus.SummaryVec:
+			goType = "summary"
+		}
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m, ok := parseDesc(d.String())
+			if !ok || !strings.HasPrefix(m.Name, "narwhal_") {
+				continue
+			}
+			m.Process, m.Type = process, goType
+			if old, ok := byName[m.Name]; ok { // the same family under other const labels
+				old.Labels = union(old.Labels, m.Labels)
+				continue
+			}
+			mm := m
+			byName[m.Name] = &mm
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("refdocs: %s: gather: %w", process, err)
+	}
+	for _, mf := range mfs {
+		if m, ok := byName[mf.GetName()]; ok {
+			m.Type = strings.ToLower(mf.GetType().String())
+		}
+	}
+	var out []Metric
+	for _, m := range byName {
+		if m.Type == "" {
+			m.Type = "gauge"
+			if strings.HasSuffix(m.Name, "_total") {
+				m.Type = "counter"
+			}
+		}
+		sort.Strings(m.Labels)
+		out = append(out, *m)
+	}
+	return out, nil
+}
+
+// parseDesc reads a Desc's String():
+// Desc{fqName: "n", help: "h", unit: "u", constLabels: {a="b"}, variableLabels: {c,d}}.
+func parseDesc(s string) (Metric, bool) {
+	var m Metric
+	rest, ok := strings.CutPrefix(s, "Desc{fqName: ")
+	if !ok {
+		return m, false
+	}
+	next := func(prefix string) (string, bool) {
+		r, ok := strings.CutPrefix(rest, prefix)
+		if !ok {
+			return "", false
+		}
+		q, err := strconv.QuotedPrefix(r)
+		if err != nil {
+			return "", false
+		}
+		rest = r[len(q):]
+		v, err := strconv.Unquote(q)
+		return v, err == nil
+	}
+	if m.Name, ok = next(""); !ok {
+		return m, false
+	}
+	if m.Help, ok = next(", help: "); !ok {
+		return m, false
+	}
+	if _, ok = next(", unit: "); !ok {
+		return m, false
+	}
+	cl, vl, ok := strings.Cut(strings.TrimPrefix(rest, ", constLabels: {"), "}, variableLabels: {")
+	if !ok {
+		return m, false
+	}
+	for _, p := range strings.Split(cl, ",") {
+		if name, _, ok := strings.Cut(p, "="); ok && name != "" {
+			m.Labels = append(m.Labels, name)
+		}
+	}
+	for _, p := range strings.Split(strings.TrimSuffix(vl, "}}"), ",") {
+		p = strings.TrimSuffix(strings.TrimPrefix(p, "c("), ")")
+		if p != "" {
+			m.Labels = append(m.Labels, p)
+		}
+	}
+	return m, m.Name != ""
+}
+
+func union(a, b []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range append(append([]string(nil), a...), b...) {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// MetricsPage renders docs/metrics.md.
+func MetricsPage() ([]byte, error) {
+	ms, err := Catalog()
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(generatedHeader)
+	b.WriteString(`# Metrics reference
+
+Every ` + "`narwhal_*`" + ` metric narwhal-core (` + "`GET /metrics`" + ` on its API
+listener) and narwhal-agent (` + "`GET /metrics`" + ` on ` + "`-listen`" + `, default :9400)
+register, with their labels. Both also export the standard ` + "`go_*`" + ` and
+` + "`process_*`" + ` collectors. Metrics of the Kubernetes side (` + "`narwhal_leader_*`" + `,
+` + "`narwhal_k8s_*`" + `, ` + "`narwhal_demand_merge_*`" + `) appear only with
+` + "`kubernetes.enabled`" + `. The Prometheus rules and the Grafana dashboard shipped
+in ` + "`charts/narwhal/files/`" + ` build on these (docs/operator.md).
+
+For SLO practice use the monotonic ` + "`narwhal_requests_*_total`" + ` counters
+(rates over any window); ` + "`narwhal_attainment_*`" + ` are gauges over the core's
+retained window (four demand windows) and reset as it slides.
+
+`)
+	for _, proc := range []string{"narwhal-core", "narwhal-agent"} {
+		fmt.Fprintf(&b, "## %s\n\n| metric | type | labels | description |\n|---|---|---|---|\n", proc)
+		for _, m := range ms {
+			if m.Process != proc {
+				continue
+			}
+			labels := strings.Join(m.Labels, ", ")
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m.Name, m.Type, labels, oneLine(m.Help))
+		}
+		b.WriteString("\n")
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,286 @@
+package refdocs
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := FindRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Acceptance 3: the generated references are current. A setting, metric
+// or journal field added without rerunning `go run ./cmd/narwhal-docs`
+// fails here.
+func TestGeneratedDocsAreCurrent(t *testing.T) {
+	r := root(t)
+	for _, p := range Pages {
+		want, err := p.Render(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(r, p.Path))
+		if err != nil {
+			t.Fatalf("%s: %v (run go run ./cmd/narwhal-docs)", p.Path, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run go run ./cmd/narwhal-docs and commit the result", p.Path)
+		}
+	}
+}
+
+// The pages cover what they claim: every setting with its flag and
+// variable, the request counters, every journal field.
+func TestGeneratedDocsCoverTheCode(t *testing.T) {
+	r := root(t)
+	cfg, err := Configuration(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| `core.ttft_slo_s` | float64 | `0.25` | `NARWHAL_CORE_TTFT_SLO_S` |",
+		"| `auth.allow_unauthenticated` | bool | `false` |", "| `kubernetes.lease_name` |"} {
+		if !bytes.Contains(cfg, []byte(want)) {
+			t.Errorf("configuration.md lacks %q", want)
+		}
+	}
+	met, err := MetricsPage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| `narwhal_requests_finished_total` | counter | outcome |", "| `narwhal_build_info` | gauge |",
+		"| `narwhal_http_request_duration_seconds` | histogram | handler |", "| `narwhal_leader_is_leader` | gauge | lease |",
+		"| `narwhal_agent_scrapes_total` | counter | engine, result |"} {
+		if !bytes.Contains(met, []byte(want)) {
+			t.Errorf("metrics.md lacks %q", want)
+		}
+	}
+	j, err := Journal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| `decision_basis` |", "| `blocked_gate` |", "## DemandEvidence", "| `envelope_decode_engines` |", "## GateResult"} {
+		if !bytes.Contains(j, []byte(want)) {
+			t.Errorf("journal.md lacks %q", want)
+		}
+	}
+	if bytes.Contains(j, []byte("|  |\n")) {
+		t.Errorf("journal.md has a field without a description:\n%s", j)
+	}
+}
+
+// metricNames are the series names the processes export: each family,
+// and a histogram's _bucket, _sum and _count.
+func metricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	ms, err := Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range ms {
+		names[m.Name] = true
+		if m.Type == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[m.Name+s] = true
+			}
+		}
+	}
+	return names
+}
+
+type rulesFile struct {
+	Groups []struct {
+		Rules []struct {
+			Record string `yaml:"record"`
+			Alert  string `yaml:"alert"`
+			Expr   string `yaml:"expr"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+func readRules(t *testing.T) rulesFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), "charts/narwhal/files/prometheus-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf rulesFile
+	if err := yaml.Unmarshal(b, &rf); err != nil {
+		t.Fatal(err)
+	}
+	return rf
+}
+
+var seriesName = regexp.MustCompile(`\b(narwhal[a-z0-9_:]*)`)
+
+// Acceptance 2: the shipped rules pass `promtool check rules` and
+// `promtool test rules`, and every alert has a test case that fires it.
+// promtool is Debian's prometheus package; in CI (CI=true) its absence
+// fails the test.
+func TestPrometheusRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not on PATH; CI needs it (Debian package prometheus, installed by .ci/run)")
+		}
+		t.Skip("promtool not on PATH (apt-get install prometheus); skipping the rules check")
+	}
+	dir := filepath.Join(root(t), "charts/narwhal/files")
+	for _, args := range [][]string{{"check", "rules", "prometheus-rules.yaml"}, {"test", "rules", "prometheus-rules.test.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	rf := readRules(t)
+	b, err := os.ReadFile(filepath.Join(dir, "prometheus-rules.test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string           `yaml:"alertname"`
+				ExpAlerts []map[string]any `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	fired := map[string]bool{}
+	for _, tc := range tf.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fired[a.Alertname] = true
+			}
+		}
+	}
+	var alerts []string
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts = append(alerts, r.Alert)
+				if !fired[r.Alert] {
+					t.Errorf("alert %s has no test case that fires it", r.Alert)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"NarwhalSLOBudgetBurnFast", "NarwhalNoLeader", "NarwhalEngineStuckMoving", "NarwhalAgentsSilent", "NarwhalJournalWriteErrors"} {
+		if !fired[want] {
+			t.Errorf("no alert %s tested (alerts: %v)", want, alerts)
+		}
+	}
+}
+
+// Every series the rules read is registered by narwhal-core or the
+// agent, except narwhal_journal_write_errors_total, which the journal's
+// write-ahead log adds (issue 16); a recording rule's output counts as
+// registered for the rules after it.
+func TestPrometheusRulesReadRegisteredMetrics(t *testing.T) {
+	names := metricNames(t)
+	names["narwhal_journal_write_errors_total"] = true // registered by the journal WAL (issue 16)
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			for _, m := range seriesName.FindAllString(r.Expr, -1) {
+				if !names[m] {
+					t.Errorf("rule %s%s reads %s, which nothing registers", r.Record, r.Alert, m)
+				}
+			}
+			if r.Record != "" {
+				names[r.Record] = true
+			}
+		}
+	}
+}
+
+// The Grafana dashboard is valid JSON and every query reads a registered
+// metric or a recording rule of the shipped rules.
+func TestGrafanaDashboard(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root(t), "charts/narwhal/files/grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Title  string `json:"title"`
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Query any `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("grafana-dashboard.json is not valid JSON: %v", err)
+	}
+	if d.Title == "" || d.UID == "" || len(d.Panels) == 0 {
+		t.Fatalf("dashboard lacks title, uid or panels: %q %q %d", d.Title, d.UID, len(d.Panels))
+	}
+	names := metricNames(t)
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				names[r.Record] = true
+			}
+		}
+	}
+	var exprs []string
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+			if len(seriesName.FindAllString(tg.Expr, -1)) == 0 {
+				t.Errorf("panel %q: query %q reads no narwhal metric", p.Title, tg.Expr)
+			}
+		}
+	}
+	for _, v := range d.Templating.List {
+		if q, ok := v.Query.(string); ok {
+			exprs = append(exprs, q)
+		}
+	}
+	var missing []string
+	for _, e := range exprs {
+		for _, m := range seriesName.FindAllString(e, -1) {
+			if !names[m] {
+				missing = append(missing, m)
+			}
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Fatalf("the dashboard reads metrics nothing registers: %v", missing)
+	}
+	// What the issue asks the dashboard to show.
+	all := strings.Join(exprs, "\n")
+	for _, want := range []string{"narwhal_engines", "attainment", "narwhal_controller_moves_total", "narwhal_controller_blocked_total", "narwhal_controller_decisions_total"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the dashboard shows nothing of %s", want)
+		}
+	}
+}
