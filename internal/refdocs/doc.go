@@ -12,6 +12,6 @@
 // without touching this package: the pages are built by reflection over
 // the live types and collectors, and the descriptions are read from the
 // Go sources (go/parser) of the package that declares each field.
-//go:generate go run ../../cmd/narwhal-docs
-
 package refdocs
+
+//go:generate go run ../../cmd/narwhal-docs
