@@ -7,8 +7,11 @@
 //	POST /v1/agent/reports  core/wire batches from narwhal-agent (bearer token; core/fleet)
 //	GET  /v1/roles          the role table
 //	GET  /v1/state          the facade's State(now)
-//	GET  /v1/decisions      the journal: ?since=<seq> (exclusive) &limit=1..1000 (default 100)
-//	GET  /metrics           Prometheus: the core's collectors, narwhal_fleet_*, narwhal_http_*, Go and process
+//	GET  /v1/decisions      the journal: ?limit=N (1..1000, default 100) the newest N, oldest
+//	                        first; ?since=<seq>&limit=N up to N after seq (exclusive), to page forward
+//	GET  /metrics           Prometheus: the core's collectors, narwhal_fleet_*, narwhal_http_*,
+//	                        narwhal_build_info, narwhal_engine_role/state, narwhal_slo_*, Go and process
+//	GET  /                  the status page (package ui; assets under /ui/, series at /ui/api/series)
 //	GET  /healthz           the process is up
 //	GET  /readyz            fresh agent data, or agents.required=false
 //	POST /v1/demand/deltas  with kubernetes.enabled: routers' demand deltas (bearer token; 409 on a follower)

@@ -61,7 +61,8 @@ func (a *Attainment) Record(tsNs int64, o Outcome, ttftMet, tpotMet bool) bool {
 		return false
 	}
 	tag := ring.TagOf(e)
-	b := a.block(a.r.Slot(e), ring.Stripe(a.stripeMask))
+	st := ring.Stripe(a.stripeMask)
+	b := a.block(a.r.Slot(e), st)
 	base := int(o) * cntPerOutcome
 	exp, ok := ring.Add(&b.c[base+cntTotal], tag, 1)
 	if !ok {
@@ -76,7 +77,7 @@ func (a *Attainment) Record(tsNs int64, o Outcome, ttftMet, tpotMet bool) bool {
 	if tpotMet {
 		ring.Add(&b.c[base+cntTPOT], tag, 1)
 	}
-	a.totals.add(o, ttftMet, tpotMet)
+	a.totals.add(st, o, ttftMet, tpotMet)
 	a.r.AfterWrite(e, a)
 	return true
 }

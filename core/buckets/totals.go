@@ -11,20 +11,22 @@ import (
 // Monotonic totals of finished requests, beside the attainment buckets:
 // the buckets answer "attainment over the last window" and expire, the
 // totals only grow, which is what Prometheus rates and SLO burn-rate
-// rules need (narwhal_requests_*_total). They are striped like the
-// buckets (one stripe per P, two cache lines each), so a record costs
-// up to four uncontended atomic adds and no allocation.
+// rules need (narwhal_requests_*_total). A record adds 1 to one counter:
+// the one for its outcome and its (TTFT met, TPOT met) combination, on
+// the stripe of the P it runs on (the same stripe as its bucket), so it
+// costs one uncontended atomic add and no allocation; a read sums the
+// combinations.
 
 const (
-	totFinished = iota
-	totTTFT
-	totTPOT
-	totBoth
+	totNeither = iota // met neither SLO
+	totTTFT           // met TTFT only
+	totTPOT           // met TPOT only
+	totBoth           // met both
 	totPerOutcome
 )
 
-// totBlock is one stripe of the totals: per outcome finished, TTFT-met,
-// TPOT-met and both-met, padded to two cache lines.
+// totBlock is one stripe of the totals: per outcome the count of each
+// (TTFT met, TPOT met) combination, padded to two cache lines.
 type totBlock struct {
 	c [int(NumOutcomes) * totPerOutcome]atomic.Uint64
 	_ [(16 - int(NumOutcomes)*totPerOutcome%16) % 16]uint64
@@ -50,34 +52,32 @@ func newTotals() *Totals {
 	return &Totals{stripes: make([]totBlock, mask+1), mask: mask}
 }
 
-func (t *Totals) add(o Outcome, ttftMet, tpotMet bool) {
-	b := &t.stripes[ring.Stripe(t.mask)]
-	base := int(o) * totPerOutcome
-	b.c[base+totFinished].Add(1)
+// add counts one request on stripe st (0..mask).
+func (t *Totals) add(st int, o Outcome, ttftMet, tpotMet bool) {
+	k := totNeither
 	if ttftMet {
-		b.c[base+totTTFT].Add(1)
+		k |= totTTFT
 	}
 	if tpotMet {
-		b.c[base+totTPOT].Add(1)
+		k |= totTPOT
 	}
-	if ttftMet && tpotMet {
-		b.c[base+totBoth].Add(1)
-	}
+	t.stripes[st&t.mask].c[int(o)*totPerOutcome+k].Add(1)
 }
 
-// Read sums the stripes. While writers run the outcomes are read one
-// counter at a time, so a read may see a request counted as finished and
-// not yet as met; every counter is still monotonic.
+// Read sums the stripes. Each request is one count, so a read while
+// writers run sees it wholly or not at all; every total is monotonic.
 func (t *Totals) Read() [NumOutcomes]TotalCounts {
 	var out [NumOutcomes]TotalCounts
 	for i := range t.stripes {
 		b := &t.stripes[i]
 		for o := range out {
 			base := o * totPerOutcome
-			out[o].Finished += b.c[base+totFinished].Load()
-			out[o].TTFTMet += b.c[base+totTTFT].Load()
-			out[o].TPOTMet += b.c[base+totTPOT].Load()
-			out[o].BothMet += b.c[base+totBoth].Load()
+			neither, ttft := b.c[base+totNeither].Load(), b.c[base+totTTFT].Load()
+			tpot, both := b.c[base+totTPOT].Load(), b.c[base+totBoth].Load()
+			out[o].Finished += neither + ttft + tpot + both
+			out[o].TTFTMet += ttft + both
+			out[o].TPOTMet += tpot + both
+			out[o].BothMet += both
 		}
 	}
 	return out
