@@ -98,12 +98,14 @@ type AgentsConfig struct {
 // EngineSeed is a static engine registered at start (clusters without
 // agents, demos, tests).
 type EngineSeed struct {
-	ID               string `yaml:"id" json:"id"`
-	Node             string `yaml:"node" json:"node"`
-	Model            string `yaml:"model" json:"model"`
-	GPU              string `yaml:"gpu" json:"gpu"`
-	Role             string `yaml:"role" json:"role"`
-	KVCapacityTokens int64  `yaml:"kv_capacity_tokens" json:"kv_capacity_tokens"`
+	ID   string `yaml:"id" json:"id"`     // unique engine id, as routers name it in admitted events
+	Node string `yaml:"node" json:"node"` // the node it runs on
+	// Model and GPU select the latency profile (e.g. facebook/opt-13b, A100-80GB).
+	Model string `yaml:"model" json:"model"`
+	GPU   string `yaml:"gpu" json:"gpu"`
+	Role  string `yaml:"role" json:"role"` // initial role: prefill or decode
+	// KVCapacityTokens is the physical KV cache limit in tokens (0 unknown).
+	KVCapacityTokens int64 `yaml:"kv_capacity_tokens" json:"kv_capacity_tokens"`
 }
 
 // Engine converts the seed to a live, serving engine.

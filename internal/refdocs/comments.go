@@ -71,6 +71,7 @@ func (c *comments) load(pkg string) (map[string]string, error) {
 				if typeDoc == "" && len(gd.Specs) == 1 {
 					typeDoc = gd.Doc.Text()
 				}
+				out[ts.Name.Name+"."] = oneLine(typeDoc)
 				structFields(ts, oneLine(typeDoc), out)
 			}
 		}
@@ -134,6 +135,9 @@ func embeddedName(e ast.Expr) string {
 	}
 	return ""
 }
+
+// typeDoc returns the doc comment of a type, one line.
+func (c *comments) typeDoc(t reflect.Type) (string, error) { return c.field(t, "") }
 
 // oneLine joins a comment's lines, for a table cell.
 func oneLine(s string) string {

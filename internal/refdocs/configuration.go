@@ -41,19 +41,74 @@ values are refused at start with the field, the value and the rule.
 		fmt.Fprintf(&b, "| `%s` | %s | `%s` | `%s` | %s |\n", s.Path, s.Type, def, s.Env, desc)
 	}
 	b.WriteString(`
-## Static engines (file only)
+## Lists and maps (file only)
 
-` + "`engines:`" + ` is a list in the YAML file (no flag or variable): engines
-registered at start for clusters without agents. A configured role is only
-the initial role: the controller's saved state wins on restart.
-
-| field | type | description |
-|---|---|---|
+These settings are lists or maps: they are given in the YAML file only
+(no flag or variable).
 `)
-	if err := structTable(&b, cm, reflect.TypeOf(service.EngineSeed{}), "yaml"); err != nil {
-		return nil, err
+	var lists []fileOnly
+	walkFileOnly(reflect.TypeOf(service.Config{}), "", &lists)
+	for _, l := range lists {
+		desc, err := cm.field(l.owner, l.field)
+		if err != nil {
+			return nil, err
+		}
+		et := structOf(l.typ)
+		if et != nil {
+			td, err := cm.typeDoc(et)
+			if err != nil {
+				return nil, err
+			}
+			desc = strings.TrimSpace(desc + " " + td)
+		}
+		fmt.Fprintf(&b, "\n### `%s` (%s)\n\n%s\n", l.path, typeName(l.typ), desc)
+		if et != nil {
+			b.WriteString("\n| field | type | description |\n|---|---|---|\n")
+			if err := structTable(&b, cm, et, "yaml"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return b.Bytes(), nil
+}
+
+// fileOnly is a list or map setting.
+type fileOnly struct {
+	path, field string
+	owner, typ  reflect.Type
+}
+
+// walkFileOnly finds the list and map fields of a config struct by YAML
+// path (the scalars are service.SettingDocs).
+func walkFileOnly(t reflect.Type, prefix string, out *[]fileOnly) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		switch f.Type.Kind() {
+		case reflect.Struct:
+			if f.Anonymous && (tag == "" || strings.Contains(opts, "inline")) {
+				walkFileOnly(f.Type, prefix, out)
+			} else {
+				walkFileOnly(f.Type, path, out)
+			}
+		case reflect.Slice, reflect.Map:
+			*out = append(*out, fileOnly{path: path, field: f.Name, owner: t, typ: f.Type})
+		}
+	}
 }
 
 // structTable writes one row per tagged field of t.
@@ -67,6 +122,9 @@ func structTable(b *bytes.Buffer, cm *comments, t reflect.Type, tag string) erro
 		desc, err := cm.field(t, f.Name)
 		if err != nil {
 			return err
+		}
+		if strings.HasPrefix(desc, "(") { // the type's doc, printed above the table
+			desc = ""
 		}
 		fmt.Fprintf(b, "| `%s` | %s | %s |\n", name, typeName(f.Type), desc)
 	}
