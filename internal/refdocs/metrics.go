@@ -53,6 +53,11 @@ func Catalog() ([]Metric, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Families registered some other way than through the server's
+	// collectors still show on /metrics once they have a sample.
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	core = addExposed(core, "narwhal-core", rec.Body.String())
 	a, err := agent.New(agent.Config{Node: "n", CoreURL: "http://127.0.0.1:1", Engines: []agent.EngineConfig{{
 		ID: "e", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"}}})
 	if err != nil {
@@ -170,6 +175,57 @@ func parseDesc(s string) (Metric, bool) {
 		}
 	}
 	return m, m.Name != ""
+}
+
+// addExposed adds the narwhal_* families of a text exposition that ms
+// lacks, with their help, type and labels.
+func addExposed(ms []Metric, process, text string) []Metric {
+	have := map[string]bool{}
+	for _, m := range ms {
+		have[m.Name] = true
+	}
+	extra := map[string]*Metric{}
+	var order []string
+	get := func(name string) *Metric {
+		if m, ok := extra[name]; ok {
+			return m
+		}
+		m := &Metric{Name: name, Process: process}
+		extra[name] = m
+		order = append(order, name)
+		return m
+	}
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.SplitN(line, " ", 4)
+		switch {
+		case len(f) >= 4 && f[0] == "#" && f[1] == "HELP" && strings.HasPrefix(f[2], "narwhal_") && !have[f[2]]:
+			get(f[2]).Help = f[3]
+		case len(f) >= 4 && f[0] == "#" && f[1] == "TYPE" && strings.HasPrefix(f[2], "narwhal_") && !have[f[2]]:
+			get(f[2]).Type = f[3]
+		case strings.HasPrefix(line, "narwhal_"):
+			name, labels, _ := strings.Cut(strings.Fields(line)[0], "{")
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if m, ok := extra[strings.TrimSuffix(name, suffix)]; ok && m.Type == "histogram" {
+					name = m.Name
+				}
+			}
+			m, ok := extra[name]
+			if !ok {
+				continue
+			}
+			for _, kv := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+				if k, _, ok := strings.Cut(kv, "="); ok && k != "le" {
+					m.Labels = union(m.Labels, []string{k})
+				}
+			}
+		}
+	}
+	for _, name := range order {
+		m := extra[name]
+		sort.Strings(m.Labels)
+		ms = append(ms, *m)
+	}
+	return ms
 }
 
 func union(a, b []string) []string {

@@ -284,3 +284,22 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// A family registered outside the server's collector list still reaches
+// the catalog through /metrics.
+func TestExposedFamiliesAreAdded(t *testing.T) {
+	text := "# HELP narwhal_x_total Things.\n# TYPE narwhal_x_total counter\nnarwhal_x_total{kind=\"a\",node=\"n\"} 3\n" +
+		"# HELP narwhal_known Known.\n# TYPE narwhal_known gauge\nnarwhal_known 1\n" +
+		"# HELP narwhal_h_seconds H.\n# TYPE narwhal_h_seconds histogram\nnarwhal_h_seconds_bucket{op=\"w\",le=\"1\"} 1\n"
+	ms := addExposed([]Metric{{Name: "narwhal_known"}}, "narwhal-core", text)
+	if len(ms) != 3 {
+		t.Fatalf("got %d families; want 3: %+v", len(ms), ms)
+	}
+	x, h := ms[1], ms[2]
+	if x.Name != "narwhal_x_total" || x.Type != "counter" || x.Help != "Things." || strings.Join(x.Labels, ",") != "kind,node" {
+		t.Fatalf("unexpected family %+v", x)
+	}
+	if h.Name != "narwhal_h_seconds" || h.Type != "histogram" || strings.Join(h.Labels, ",") != "op" {
+		t.Fatalf("unexpected histogram %+v", h)
+	}
+}
