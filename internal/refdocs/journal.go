@@ -51,11 +51,12 @@ evaluation order: the first failing gate is the blocked one).
 			if err != nil {
 				return nil, err
 			}
-			if desc == "" {
-				desc = journalHints[t.Name()+"."+name]
-			}
-			if desc == "" {
-				desc = journalHints[name]
+			if desc == "" || strings.HasPrefix(desc, "(") { // none, or only the type's doc
+				if h := journalHints[t.Name()+"."+name]; h != "" {
+					desc = h
+				} else if h := journalHints[name]; h != "" {
+					desc = h
+				}
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", name, typeName(f.Type), desc)
 			if et := structOf(f.Type); et != nil && !seen[et] {
@@ -174,6 +175,7 @@ var journalHints = map[string]string{
 	"trend_ratio":             "Short over long arrival rate.",
 	"envelope_decode_engines": "The larger of the two: decode engines a consolidation must keep.",
 	"direction":               "decode_to_prefill, prefill_to_decode, or empty on a hold.",
+	"demand_evidence":         "The consolidation evidence, captured on every decode-to-prefill gate evaluation (blocked or not).",
 	"kv_need_tokens":          "The decode pool's resident or predicted KV tokens, whichever is larger.",
 	"kv_capacity_tokens":      "Its physical KV capacity (0 when unknown: KV is then not judged).",
 }
