@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/narwhal-io/narwhal/core"
+	"github.com/narwhal-io/narwhal/core/controller"
 )
 
 // The scenario suite runner: per scenario, calibrate the rate scale so
@@ -41,6 +42,10 @@ type SuiteOptions struct {
 	// EvenStart starts narwhal and threshold from an even split (the
 	// benchmark rows' start) instead of the opening traffic's fluid split.
 	EvenStart bool
+	// Decisions, when not nil, is called for each narwhal run and returns
+	// a hook that sees every decision of it, and a function called after
+	// the run (e.g. to write a journal file per scenario and variant).
+	Decisions func(scenario, variant string) (func(controller.Decision), func())
 }
 
 // Outcome is one policy's result on one scenario.
@@ -238,7 +243,17 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 			cc.TTFTSLOS, cc.TPOTSLOS = c.TTFTSLOS, c.TPOTSLOS
 			c.Core = &cc
 		}
-		r, err := Run(ctx, c, reqs)
+		var opts []Option
+		var after func()
+		if o.Decisions != nil {
+			var hook func(controller.Decision)
+			hook, after = o.Decisions(sc.Name, v.Name)
+			opts = append(opts, WithDecisionHook(hook))
+		}
+		r, err := Run(ctx, c, reqs, opts...)
+		if after != nil {
+			after()
+		}
 		if err != nil {
 			return res, fmt.Errorf("variant %s: %w", v.Name, err)
 		}

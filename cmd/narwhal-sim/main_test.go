@@ -96,8 +96,9 @@ func writeSuiteSources(t *testing.T) string {
 func TestCLISuiteQuickJSON(t *testing.T) {
 	dir := writeSuiteSources(t)
 	cache := filepath.Join(t.TempDir(), "baselines.json")
+	decDir := filepath.Join(t.TempDir(), "decisions")
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"suite", "--quick", "--json", "--traces", dir, "--baselines", cache}, &out, &errOut); err != nil {
+	if err := run(context.Background(), []string{"suite", "--quick", "--json", "--traces", dir, "--baselines", cache, "--decisions", decDir}, &out, &errOut); err != nil {
 		t.Fatalf("suite: %v (%s)", err, errOut.String())
 	}
 	var rep struct {
@@ -136,6 +137,16 @@ func TestCLISuiteQuickJSON(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "suite: [2/2]") {
 		t.Fatalf("no progress on stderr: %q", errOut.String())
+	}
+	for _, s := range rep.Scenarios {
+		b, err := os.ReadFile(filepath.Join(decDir, s.Scenario.Name+".narwhal.jsonl"))
+		lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+		var d struct {
+			Action string `json:"action"`
+		}
+		if err != nil || len(lines) < 500 || json.Unmarshal(lines[0], &d) != nil || d.Action == "" {
+			t.Fatalf("decisions of %s (%v): %d lines, first %.100s", s.Scenario.Name, err, len(lines), lines[0])
+		}
 	}
 	if b, err := os.ReadFile(cache); err != nil || !bytes.Contains(b, []byte("rate_scale")) {
 		t.Fatalf("baselines file (%v): %.100s", err, b)

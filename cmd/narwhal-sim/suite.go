@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/narwhal-io/narwhal/core"
+	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/sim"
 )
 
@@ -28,6 +31,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	parallel := fs.Int("parallel", 1, "scenarios simulated at once")
 	baselines := fs.String("baselines", "", "cache file for the calibration and static-best per scenario (read if present, rewritten after the run)")
 	fs.Var(&variants, "variant", "narwhal variant NAME=CORE_CONFIG.json (repeatable; default: one variant \"narwhal\" with core.DefaultConfig())")
+	decisions := fs.String("decisions", "", "write every narwhal decision as JSON lines to DIR/<scenario>.<variant>.jsonl")
 	even := fs.Bool("even-start", false, "start narwhal and threshold from an even split instead of the opening traffic's fluid split")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -87,6 +91,26 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	o := sim.SuiteOptions{Sources: sources, Variants: vs, Parallel: *parallel, Baselines: cache, EvenStart: *even}
+	if *decisions != "" {
+		if err := os.MkdirAll(*decisions, 0o755); err != nil {
+			return fmt.Errorf("suite: decisions: %w", err)
+		}
+		o.Decisions = func(scenario, variant string) (func(controller.Decision), func()) {
+			f, err := os.Create(filepath.Join(*decisions, scenario+"."+variant+".jsonl"))
+			if err != nil {
+				fmt.Fprintf(stderr, "suite: decisions: %v\n", err)
+				return func(controller.Decision) {}, func() {}
+			}
+			bw := bufio.NewWriter(f)
+			enc := json.NewEncoder(bw)
+			return func(d controller.Decision) { _ = enc.Encode(d) }, func() {
+				if err := bw.Flush(); err != nil {
+					fmt.Fprintf(stderr, "suite: decisions: %v\n", err)
+				}
+				f.Close()
+			}
+		}
+	}
 	if !*quiet {
 		o.Progress = stderr
 		fmt.Fprintf(stderr, "suite: %d scenarios (%s half), %d narwhal variant(s), sources from %s\n", len(scenarios), *half, len(vs), dir)
