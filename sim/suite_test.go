@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -387,5 +388,47 @@ func TestOpeningSplitFollowsOpeningMix(t *testing.T) {
 	}
 	if p := openingSplit(cfg, mixed); p > 4 {
 		t.Fatalf("decode-heavy opening: split %d prefill of 16, want ≤ 4", p)
+	}
+}
+
+// The acceptance lines judge the held half's rows against issue 20's
+// bounds.
+func TestWriteSuiteTableAcceptance(t *testing.T) {
+	mk := func(half, kind string, sb, th, nw float64, quick int) ScenarioResult {
+		return ScenarioResult{
+			Scenario: Scenario{Half: half, Kind: kind},
+			Baseline: SuiteBaseline{StaticBest: sb, SimSeconds: 3600, Threshold: Outcome{Attainment: th}},
+			Narwhal:  map[string]Outcome{"n": {Attainment: nw, QuickReversals: quick}},
+		}
+	}
+	var res []ScenarioResult
+	for i := 0; i < 9; i++ { // 9 shifting: +4 over static-best, +3 over threshold
+		res = append(res, mk("held", KindShift, 0.85, 0.86, 0.89, 1))
+	}
+	res = append(res, mk("held", KindStationary, 0.90, 0.91, 0.895, 0)) // −0.5 vs static-best, −1.5 vs threshold
+	var b strings.Builder
+	if err := WriteSuiteTable(&b, SummarizeSuite(res, []string{"n"})); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| held/all | n | 10 |",
+		"≥ threshold − 0.5 pt on 90 % of scenarios (want ≥ 90 %): met",
+		"mean vs threshold +2.55 pt (want ≥ +2): met",
+		"mean vs static-best on shifting +4.00 pt (want ≥ +3): met",
+		"on stationary -0.50 pt (want ≥ −1): met",
+		"quick reversals 0.90/h (want ≤ 1): met",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+	res[0].Narwhal["n"] = Outcome{Attainment: 0.80, QuickReversals: 5}
+	b.Reset()
+	if err := WriteSuiteTable(&b, SummarizeSuite(res, []string{"n"})); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "on 80 % of scenarios (want ≥ 90 %): MISSED") || !strings.Contains(out, "quick reversals 1.30/h (want ≤ 1): MISSED") {
+		t.Fatalf("a worse scenario does not fail the bounds:\n%s", out)
 	}
 }
