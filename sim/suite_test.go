@@ -432,3 +432,28 @@ func TestWriteSuiteTableAcceptance(t *testing.T) {
 		t.Fatalf("a worse scenario does not fail the bounds:\n%s", out)
 	}
 }
+
+// The calibration is deterministic and independent of the parallelism.
+func TestSuiteCalibrationDeterministic(t *testing.T) {
+	src := testSources(t)
+	run := func(par int) []ScenarioResult {
+		res, err := RunSuite(context.Background(), QuickSuite(), SuiteOptions{Sources: src, Variants: []SuiteVariant{{Name: "narwhal"}}, Parallel: par})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := run(1), run(2)
+	for i := range a {
+		a[i].WallS, b[i].WallS = 0, 0
+		for _, r := range []*ScenarioResult{&a[i], &b[i]} {
+			r.Baseline.Threshold.WallS = 0
+			n := r.Narwhal["narwhal"]
+			n.WallS = 0
+			r.Narwhal["narwhal"] = n
+		}
+		if !reflect.DeepEqual(a[i], b[i]) {
+			t.Fatalf("%s: %+v\nthen %+v", a[i].Scenario.Name, a[i], b[i])
+		}
+	}
+}
