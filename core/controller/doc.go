@@ -102,7 +102,8 @@
 // against 0.05 +0.48, prediction_arrivals +0.38 (and half the quick
 // reversals), max_moves_per_step 4 against 1 +0.29, kv_lead_s +0.16;
 // burst_pressure −0.05, no measured gain (it is kept for the Azure code
-// row, 0.4–0.6 pt at seeds 1–4).
+// row, 0.4–0.6 pt at seeds 1–4). On the held half the first three hold
+// (+0.44, +0.18, +1.43) and the others do not (−0.42, −0.16, −0.30).
 //
 // The decode corrections use the observed TPOT once at least
 // min_observations were seen, at the decode engines' current residency.
