@@ -347,7 +347,7 @@ func costOf(src *ShapeSource, p Profile, tpotS float64, capTok int64) sourceCost
 // profile: TPOT 0.1 s, or 0.15 s where 2.5 × the batch-1 step at the
 // median context exceeds 0.1 s; TTFT twice the 90th percentile of one
 // prompt's prefill time, at least 1.5 s, rounded up to 0.5 s (Azure-like
-// mixes get 1.5 s as in the benchmark's rows, Mooncake-like ones ~10 s).
+// mixes get 1.5 s as in the benchmark's rows, Mooncake-like ones 5–45 s).
 func ScenarioSLOs(reqs []Request, p Profile) (ttftS, tpotS float64) {
 	pre := make([]float64, len(reqs))
 	ctx := make([]int64, len(reqs))
