@@ -129,3 +129,38 @@ func TestPacedRunWithConcurrentReaders(t *testing.T) {
 		t.Fatal("the concurrent reader never ran")
 	}
 }
+
+// The controller's profile covers an overflow cohort's context: the
+// largest input of one request plus the largest requested output of
+// another, and an unbounded request at the default output.
+func TestProfileRangeCoversOverflowCohort(t *testing.T) {
+	reqs := []reqState{
+		{Request: Request{InputTokens: 7000, EstInputTokens: 9000, OutputTokens: 10, ReqOutput: 256}},
+		{Request: Request{InputTokens: 100, EstInputTokens: 90, OutputTokens: 1500, ReqOutput: 2048}},
+	}
+	in, ctx := profileRange(reqs, 256)
+	if in != 9000 || ctx != 9000+2048 {
+		t.Fatalf("range %d / %d, want 9000 / 11048", in, ctx)
+	}
+	if _, ctx := profileRange(reqs[:1], 512); ctx != 9000+512 {
+		t.Fatalf("unbounded outputs: ctx %d, want 9512 (input + default output)", ctx)
+	}
+	ps, err := ControllerProfiles(mustProfile(t, DefaultProfile), in, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := mustProfile(t, DefaultProfile)
+	i, ok := ps.Lookup(prof.Model, prof.GPU)
+	if !ok || !ps.Profiles[i].CoversDecode(ctx) || !ps.Profiles[i].CoversPrefill(in) {
+		t.Fatalf("profile set %+v does not cover input %d, context %d", ps, in, ctx)
+	}
+}
+
+func mustProfile(t *testing.T, name string) Profile {
+	t.Helper()
+	p, err := LookupProfile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,4 +1,11 @@
 // Command narwhal-sim replays real LLM serving traces through a simulated
 // disaggregated cluster under a role policy (narwhal, static:P,
 // static-best, threshold) and reports SLO attainment. See package sim.
+//
+// `narwhal-sim suite [--json] [--half tune|held|all] [--quick]` runs the
+// scenario suite (package sim, "Scenario suite"): per policy, the
+// distribution of narwhal − static-best and narwhal − threshold over
+// generated one-hour workloads; --variant NAME=CORE_CONFIG.json adds a
+// narwhal configuration, --baselines FILE caches the calibration and
+// static-best per scenario; --even-start starts from an even split.
 package main

@@ -51,6 +51,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "suite" {
+		return runSuite(ctx, args[1:], stdout, stderr)
+	}
 	d := sim.DefaultConfig()
 	fs := flag.NewFlagSet("narwhal-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,4 +68,120 @@ func TestCLIRejectsBadFlags(t *testing.T) {
 	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--policy", "static:0", "--quiet")
 	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--policy", "magic", "--quiet")
 	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--rate-scale", "-1", "--quiet")
+}
+
+// writeSuiteSources writes small synthetic Azure conv and Mooncake files
+// (the Azure code source falls back to the embedded trace).
+func writeSuiteSources(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	var conv strings.Builder
+	conv.WriteString("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+	var mc, ms strings.Builder
+	for i := 0; i < 600; i++ {
+		fmt.Fprintf(&conv, "2023-11-16 18:%02d:%02d.0000000,%d,%d\n", 10+i/60, i%60, 300+i%900, 20+i%300)
+		fmt.Fprintf(&mc, "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d}\n", i*700, 2000+(i*37)%12000, 50+i%500)
+		fmt.Fprintf(&ms, "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d}\n", i*500, 4000+(i*53)%16000, 1+i%80)
+	}
+	for name, body := range map[string]string{
+		"AzureLLMInferenceTrace_conv.csv": conv.String(), "conversation_trace.jsonl": mc.String(), "synthetic_trace.jsonl": ms.String(),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestCLISuiteQuickJSON(t *testing.T) {
+	dir := writeSuiteSources(t)
+	cache := filepath.Join(t.TempDir(), "baselines.json")
+	decDir := filepath.Join(t.TempDir(), "decisions")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"suite", "--quick", "--json", "--traces", dir, "--baselines", cache, "--decisions", decDir}, &out, &errOut); err != nil {
+		t.Fatalf("suite: %v (%s)", err, errOut.String())
+	}
+	var rep struct {
+		Scenarios []struct {
+			Scenario struct{ Name, Half string }
+			Baseline struct {
+				StaticBest float64 `json:"static_best"`
+				InRange    bool    `json:"in_range"`
+			}
+			Narwhal map[string]struct {
+				Attainment float64 `json:"slo_attainment"`
+			}
+		}
+		Summary []struct {
+			Policy, Group string
+			N             int `json:"scenarios"`
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v: %.200s", err, out.String())
+	}
+	if len(rep.Scenarios) != 2 || rep.Scenarios[0].Scenario.Half != "tune" || rep.Scenarios[1].Scenario.Half != "held" {
+		t.Fatalf("scenarios: %+v", rep.Scenarios)
+	}
+	for _, s := range rep.Scenarios {
+		if !s.Baseline.InRange || s.Baseline.StaticBest < 0.8 || s.Baseline.StaticBest > 0.95 || s.Narwhal["narwhal"].Attainment <= 0 {
+			t.Fatalf("scenario %s: %+v", s.Scenario.Name, s)
+		}
+	}
+	groups := map[string]int{}
+	for _, r := range rep.Summary {
+		groups[r.Policy+" "+r.Group] = r.N
+	}
+	if groups["narwhal all/all"] != 2 || groups["threshold held/all"] != 1 || groups["narwhal tune/shifting"] != 1 {
+		t.Fatalf("summary groups: %v", groups)
+	}
+	if !strings.Contains(errOut.String(), "suite: [2/2]") {
+		t.Fatalf("no progress on stderr: %q", errOut.String())
+	}
+	for _, s := range rep.Scenarios {
+		b, err := os.ReadFile(filepath.Join(decDir, s.Scenario.Name+".narwhal.jsonl"))
+		lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+		var d struct {
+			Action string `json:"action"`
+		}
+		if err != nil || len(lines) < 500 || json.Unmarshal(lines[0], &d) != nil || d.Action == "" {
+			t.Fatalf("decisions of %s (%v): %d lines, first %.100s", s.Scenario.Name, err, len(lines), lines[0])
+		}
+	}
+	if b, err := os.ReadFile(cache); err != nil || !bytes.Contains(b, []byte("rate_scale")) {
+		t.Fatalf("baselines file (%v): %.100s", err, b)
+	}
+	// The table form, on the held half only, from the cache.
+	out.Reset()
+	errOut.Reset()
+	if err := run(context.Background(), []string{"suite", "--quick", "--half", "held", "--traces", dir, "--baselines", cache, "--quiet"}, &out, &errOut); err != nil {
+		t.Fatalf("suite table: %v (%s)", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "| held/all | narwhal | 1 |") || strings.Contains(out.String(), "tune/") || errOut.Len() != 0 {
+		t.Fatalf("table:\n%s\nstderr: %s", out.String(), errOut.String())
+	}
+}
+
+func TestCLISuiteRejectsBadFlags(t *testing.T) {
+	dir := writeSuiteSources(t)
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"controller":{"cooldown_s":-5}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"suite", "--half", "middle", "--traces", dir},
+		{"suite", "--parallel", "0", "--traces", dir},
+		{"suite", "--variant", "novalue", "--traces", dir},
+		{"suite", "--variant", "threshold=" + bad, "--traces", dir},
+		{"suite", "--variant", "x=" + bad, "--traces", dir},
+		{"suite", "--quick", "--match", "(", "--traces", dir},
+		{"suite", "--quick", "--match", "nothing-matches", "--traces", dir},
+		{"suite", "--traces", "/nonexistent"},
+		{"suite", "extra"},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); err == nil {
+			t.Fatalf("args %q: no error", args)
+		}
+	}
 }

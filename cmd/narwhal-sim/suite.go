@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/narwhal-io/narwhal/core"
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/sim"
+)
+
+// runSuite is `narwhal-sim suite`: the scenario suite (sim.GenerateSuite).
+func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("narwhal-sim suite", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var variants multiString
+	traces := fs.String("traces", "", "directory with the source traces (default: the first shared/traces above the working directory)")
+	asJSON := fs.Bool("json", false, "print one JSON object (scenarios, baselines, outcomes, summary) instead of the table")
+	half := fs.String("half", "all", "scenarios to run: tune | held | all")
+	quick := fs.Bool("quick", false, "run the two 10-minute quick scenarios instead of the suite")
+	match := fs.String("match", "", "run only scenarios whose name matches this regular expression")
+	parallel := fs.Int("parallel", 1, "scenarios simulated at once")
+	baselines := fs.String("baselines", "", "cache file for the calibration and static-best per scenario (read if present, rewritten after the run)")
+	fs.Var(&variants, "variant", "narwhal variant NAME=CORE_CONFIG.json (repeatable; default: one variant \"narwhal\" with core.DefaultConfig())")
+	decisions := fs.String("decisions", "", "write every narwhal decision as JSON lines to DIR/<scenario>.<variant>.jsonl")
+	even := fs.Bool("even-start", false, "start narwhal and threshold from an even split instead of the opening traffic's fluid split")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("suite: unexpected arguments %q", fs.Args())
+	}
+	if *half != "all" && *half != "tune" && *half != "held" {
+		return fmt.Errorf("suite: --half %q: want tune, held or all", *half)
+	}
+	if *parallel < 1 || *parallel > 64 {
+		return fmt.Errorf("suite: --parallel %d: want 1..64", *parallel)
+	}
+	var re *regexp.Regexp
+	if *match != "" {
+		var err error
+		if re, err = regexp.Compile(*match); err != nil {
+			return fmt.Errorf("suite: --match: %w", err)
+		}
+	}
+	vs, err := parseVariants(variants)
+	if err != nil {
+		return err
+	}
+	dir := *traces
+	if dir == "" {
+		if dir = sim.FindSharedTraces(); dir == "" {
+			return fmt.Errorf("suite: no shared/traces above the working directory: pass --traces")
+		}
+	}
+	sources, err := sim.LoadSuiteSources(dir)
+	if err != nil {
+		return err
+	}
+	all := sim.GenerateSuite()
+	if *quick {
+		all = sim.QuickSuite()
+	}
+	var scenarios []sim.Scenario
+	for _, sc := range all {
+		if (*half == "all" || sc.Half == *half) && (re == nil || re.MatchString(sc.Name)) {
+			scenarios = append(scenarios, sc)
+		}
+	}
+	if len(scenarios) == 0 {
+		return fmt.Errorf("suite: no scenario selected")
+	}
+	cache := map[string]sim.SuiteBaseline{}
+	if *baselines != "" {
+		if b, err := os.ReadFile(*baselines); err == nil {
+			if err := json.Unmarshal(b, &cache); err != nil {
+				return fmt.Errorf("suite: baselines %s: %w", *baselines, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("suite: baselines: %w", err)
+		}
+	}
+	o := sim.SuiteOptions{Sources: sources, Variants: vs, Parallel: *parallel, Baselines: cache, EvenStart: *even}
+	if *decisions != "" {
+		if err := os.MkdirAll(*decisions, 0o755); err != nil {
+			return fmt.Errorf("suite: decisions: %w", err)
+		}
+		o.Decisions = func(scenario, variant string) (func(controller.Decision), func()) {
+			f, err := os.Create(filepath.Join(*decisions, scenario+"."+variant+".jsonl"))
+			if err != nil {
+				fmt.Fprintf(stderr, "suite: decisions: %v\n", err)
+				return func(controller.Decision) {}, func() {}
+			}
+			bw := bufio.NewWriter(f)
+			enc := json.NewEncoder(bw)
+			return func(d controller.Decision) { _ = enc.Encode(d) }, func() {
+				if err := bw.Flush(); err != nil {
+					fmt.Fprintf(stderr, "suite: decisions: %v\n", err)
+				}
+				f.Close()
+			}
+		}
+	}
+	if !*quiet {
+		o.Progress = stderr
+		fmt.Fprintf(stderr, "suite: %d scenarios (%s half), %d narwhal variant(s), sources from %s\n", len(scenarios), *half, len(vs), dir)
+	}
+	results, err := sim.RunSuite(ctx, scenarios, o)
+	if err != nil {
+		return err
+	}
+	if *baselines != "" {
+		b, err := json.MarshalIndent(cache, "", " ")
+		if err != nil {
+			return fmt.Errorf("suite: baselines: %w", err)
+		}
+		if err := os.WriteFile(*baselines, b, 0o644); err != nil {
+			return fmt.Errorf("suite: baselines: %w", err)
+		}
+	}
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = v.Name
+	}
+	rows := sim.SummarizeSuite(results, names)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		if err := enc.Encode(struct {
+			Scenarios []sim.ScenarioResult `json:"scenarios"`
+			Summary   []sim.SuiteRow       `json:"summary"`
+		}{results, rows}); err != nil {
+			return fmt.Errorf("suite: json: %w", err)
+		}
+		return nil
+	}
+	return sim.WriteSuiteTable(stdout, rows)
+}
+
+// parseVariants reads NAME=FILE core configurations (the SLOs are always
+// the scenario's).
+func parseVariants(vs []string) ([]sim.SuiteVariant, error) {
+	if len(vs) == 0 {
+		return []sim.SuiteVariant{{Name: "narwhal"}}, nil
+	}
+	var out []sim.SuiteVariant
+	seen := map[string]bool{}
+	for _, v := range vs {
+		name, file, ok := strings.Cut(v, "=")
+		if !ok || name == "" || file == "" || name == "threshold" || seen[name] {
+			return nil, fmt.Errorf("suite: --variant %q: want a new NAME=CORE_CONFIG.json (NAME not threshold)", v)
+		}
+		seen[name] = true
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("suite: variant %s: %w", name, err)
+		}
+		cc := core.DefaultConfig()
+		if err := json.Unmarshal(b, &cc); err != nil {
+			return nil, fmt.Errorf("suite: variant %s: %w", name, err)
+		}
+		// SLOs come from each scenario; validate with placeholders.
+		check := cc
+		check.TTFTSLOS, check.TPOTSLOS = 1, 0.1
+		if err := check.Validate(); err != nil {
+			return nil, fmt.Errorf("suite: variant %s: %w", name, err)
+		}
+		out = append(out, sim.SuiteVariant{Name: name, Core: &cc})
+	}
+	return out, nil
+}

@@ -1,0 +1,459 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// testSources: the embedded Azure code trace and three synthetic sources
+// of distinct shapes (the generator only needs (input, output) pairs and
+// gaps), so the tests do not depend on ../shared/traces.
+func testSources(t *testing.T) map[string]ShapeSource {
+	t.Helper()
+	code, err := BundledTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]ShapeSource{}
+	if out[SrcAzureCode], err = NewShapeSource(SrcAzureCode, code); err != nil {
+		t.Fatal(err)
+	}
+	synth := func(name string, in, outTok int64, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		reqs := make([]Request, 2000)
+		for i := range reqs {
+			reqs[i] = Request{ArrivalNs: int64(i) * 5e8, InputTokens: 1 + rng.Int64N(2*in), OutputTokens: 1 + rng.Int64N(2*outTok)}
+		}
+		if out[name], err = NewShapeSource(name, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	synth(SrcAzureConv, 1000, 200, 2)
+	synth(SrcMooncakeConv, 8000, 350, 3)
+	synth(SrcMooncakeSynth, 12000, 60, 4)
+	return out
+}
+
+func TestGenerateSuiteDeterministicAndCovering(t *testing.T) {
+	a, b := GenerateSuite(), GenerateSuite()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("GenerateSuite differs between calls")
+	}
+	if len(a) < 60 {
+		t.Fatalf("%d scenarios, want ≥ 60", len(a))
+	}
+	halves := map[string]int{}
+	names := map[string]bool{}
+	seen := map[string]map[any]bool{"tune": {}, "held": {}}
+	for _, sc := range a {
+		halves[sc.Half]++
+		if names[sc.Name] {
+			t.Fatalf("duplicate name %s", sc.Name)
+		}
+		names[sc.Name] = true
+		for _, v := range []any{sc.Engines, sc.Profile, sc.SwitchS, sc.Kind} {
+			seen[sc.Half][v] = true
+		}
+		if sc.TargetAttainment < 0.82 || sc.TargetAttainment > 0.93 || sc.DrawnSlowdown < 0.7 || sc.DrawnSlowdown > 1.3 {
+			t.Fatalf("%s: target %v slowdown %v out of range", sc.Name, sc.TargetAttainment, sc.DrawnSlowdown)
+		}
+		if sc.ControllerProfile != "exact" || sc.EngineSlowdown != 1 {
+			t.Fatalf("%s: deployment %q/%v, want exact/1 until the simulator has controller profiles", sc.Name, sc.ControllerProfile, sc.EngineSlowdown)
+		}
+		n := len(sc.Regimes)
+		switch sc.Kind {
+		case KindShift, KindDrift, KindMixed:
+			if n < 3 || n > 8 {
+				t.Fatalf("%s: %d regimes, want 3..8", sc.Name, n)
+			}
+		default:
+			if n != 1 {
+				t.Fatalf("%s: %d regimes, want 1", sc.Name, n)
+			}
+		}
+		if (sc.Kind == KindFlash || sc.Kind == KindMixed) != (len(sc.Flashes) > 0) {
+			t.Fatalf("%s: %d flash crowds", sc.Name, len(sc.Flashes))
+		}
+		for k, r := range sc.Regimes {
+			if k > 0 && r.StartS <= sc.Regimes[k-1].StartS || r.StartS >= sc.DurationS {
+				t.Fatalf("%s: regime %d starts at %v", sc.Name, k, r.StartS)
+			}
+			var w float64
+			for _, v := range r.Mix {
+				w += v
+			}
+			if math.Abs(w-1) > 1e-9 || r.CV < 1 || r.CV > 3 {
+				t.Fatalf("%s: regime %d mix sum %v cv %v", sc.Name, k, w, r.CV)
+			}
+		}
+	}
+	if halves["tune"] != halves["held"] {
+		t.Fatalf("halves %v, want equal", halves)
+	}
+	want := []any{8, 16, 32, 10.0, 30.0, 60.0, KindStationary, KindShift, KindDrift, KindFlash, KindMixed}
+	for _, p := range ProfileNames() {
+		want = append(want, p)
+	}
+	for _, h := range []string{"tune", "held"} {
+		for _, v := range want {
+			if !seen[h][v] {
+				t.Fatalf("half %s never has %v", h, v)
+			}
+		}
+	}
+}
+
+func TestScenarioWorkloadDeterministicAndScaled(t *testing.T) {
+	src := testSources(t)
+	sc := GenerateScenario(11, KindMixed, 16, DefaultProfile, 30, 1200)
+	sc.Name = "t"
+	w1, ttft, tpot, err := sc.Workload(src, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, _, _, err := sc.Workload(src, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(w1, w2) {
+		t.Fatal("same scenario and scale, different requests")
+	}
+	if ttft < 1.5 || tpot != 0.1 {
+		t.Fatalf("SLOs %v/%v", ttft, tpot)
+	}
+	w3, _, _, err := sc.Workload(src, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := float64(len(w3)) / float64(len(w1)); r < 1.8 || r > 2.2 {
+		t.Fatalf("doubling the rate scale gave %d → %d requests (×%.2f)", len(w1), len(w3), r)
+	}
+	other := GenerateScenario(12, KindMixed, 16, DefaultProfile, 30, 1200)
+	w4, _, _, err := other.Workload(src, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(w1, w4) {
+		t.Fatal("different seeds, same requests")
+	}
+	prof, _ := LookupProfile(DefaultProfile)
+	for i, r := range w1 {
+		if i > 0 && r.ArrivalNs < w1[i-1].ArrivalNs {
+			t.Fatalf("arrivals not sorted at %d", i)
+		}
+		if r.InputTokens+r.OutputTokens > suiteShapeCap(prof) || r.InputTokens < 1 {
+			t.Fatalf("request %d shape %d+%d over the cap", i, r.InputTokens, r.OutputTokens)
+		}
+	}
+	if _, _, _, err := sc.Workload(map[string]ShapeSource{}, 1); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("missing sources: %v, want ErrBadConfig", err)
+	}
+	if _, _, _, err := sc.Workload(src, 0); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("rate scale 0: %v, want ErrBadConfig", err)
+	}
+}
+
+// A regime's rate follows its load: a shift to twice the load (same mix)
+// doubles the arrivals per second, and a flash crowd multiplies them.
+func TestScenarioRatesFollowRegimesAndFlashes(t *testing.T) {
+	src := testSources(t)
+	mix := map[string]float64{SrcAzureConv: 1}
+	sc := Scenario{Name: "r", Seed: 3, Engines: 8, Profile: DefaultProfile, DurationS: 1200,
+		Regimes: []Regime{{StartS: 0, Mix: mix, Load: 0.5, CV: 1, Arrival: "gamma"}, {StartS: 600, Mix: mix, Load: 1, CV: 1, Arrival: "gamma"}},
+		Flashes: []Flash{{StartS: 900, DurS: 200, Mult: 3}}}
+	w, _, _, err := sc.Workload(src, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(a, b float64) float64 {
+		n := 0
+		off := float64(0)
+		for _, r := range w {
+			if ts := off + float64(r.ArrivalNs)/1e9; ts >= a && ts < b {
+				n++
+			}
+		}
+		return float64(n) / (b - a)
+	}
+	low, high, flash := count(100, 500), count(650, 850), count(930, 1070)
+	if r := high / low; r < 1.8 || r > 2.2 {
+		t.Fatalf("rate %0.2f → %0.2f req/s at twice the load (×%.2f)", low, high, r)
+	}
+	if r := flash / high; r < 2.6 || r > 3.4 {
+		t.Fatalf("flash crowd ×3: %0.2f → %0.2f req/s (×%.2f)", high, flash, r)
+	}
+}
+
+func TestGammaUnitMeanAndCV(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, cv := range []float64{1, 1.5, 3} {
+		var s, s2 float64
+		const n = 400000
+		for i := 0; i < n; i++ {
+			x := gammaUnit(rng, cv)
+			s += x
+			s2 += x * x
+		}
+		mean := s / n
+		sd := math.Sqrt(s2/n - mean*mean)
+		if math.Abs(mean-1) > 0.03 || math.Abs(sd/mean-cv) > 0.08*cv {
+			t.Fatalf("cv %v: mean %.3f cv %.3f", cv, mean, sd/mean)
+		}
+	}
+}
+
+func TestNewDeltaStatsKnownInputs(t *testing.T) {
+	s := NewDeltaStats([]float64{3, -1, 0.5, -0.6, 2, 10, -4, 1, 0, 5})
+	// sorted: -4 -1 -0.6 0 0.5 1 2 3 5 10; p10 at position 0.9: -4 + 0.9·3
+	want := DeltaStats{N: 10, Mean: 1.59, P10: -1.3, Worst: -4, Below: 3, AtLeastMinusHalf: 7}
+	if s.N != want.N || s.Below != want.Below || s.AtLeastMinusHalf != want.AtLeastMinusHalf ||
+		math.Abs(s.Mean-want.Mean) > 1e-9 || math.Abs(s.P10-want.P10) > 1e-9 || s.Worst != want.Worst {
+		t.Fatalf("got %+v, want %+v", s, want)
+	}
+	if one := NewDeltaStats([]float64{-2}); one.P10 != -2 || one.Mean != -2 || one.Below != 1 {
+		t.Fatalf("one value: %+v", one)
+	}
+	if z := NewDeltaStats(nil); z.N != 0 {
+		t.Fatalf("empty: %+v", z)
+	}
+}
+
+func TestSummarizeSuiteKnownInputs(t *testing.T) {
+	mk := func(half, kind string, sb, th, nw float64, moves, quick int) ScenarioResult {
+		return ScenarioResult{
+			Scenario: Scenario{Half: half, Kind: kind},
+			Baseline: SuiteBaseline{StaticBest: sb, SimSeconds: 1800, Threshold: Outcome{Attainment: th, Moves: 10}},
+			Narwhal:  map[string]Outcome{"n": {Attainment: nw, Moves: moves, QuickReversals: quick}},
+		}
+	}
+	res := []ScenarioResult{
+		mk("tune", KindShift, 0.80, 0.85, 0.90, 4, 1),
+		mk("tune", KindStationary, 0.90, 0.70, 0.89, 2, 0),
+		mk("held", KindDrift, 0.85, 0.88, 0.87, 6, 2),
+	}
+	rows := SummarizeSuite(res, []string{"n"})
+	get := func(pol, group string) SuiteRow {
+		for _, r := range rows {
+			if r.Policy == pol && r.Group == group {
+				return r
+			}
+		}
+		t.Fatalf("no row %s %s", pol, group)
+		return SuiteRow{}
+	}
+	r := get("n", "tune/all")
+	if r.N != 2 || math.Abs(r.VsStaticBest.Mean-4.5) > 1e-9 || math.Abs(r.VsThreshold.Mean-12) > 1e-9 ||
+		r.VsStaticBest.Below != 1 || math.Abs(r.VsStaticBest.Worst+1) > 1e-9 || r.MovesPerHour != 6 || r.QuickRevPerH != 1 {
+		t.Fatalf("tune/all: %+v %+v", r, *r.VsThreshold)
+	}
+	if r := get("n", "tune/shifting"); r.N != 1 || math.Abs(r.VsStaticBest.Mean-10) > 1e-9 {
+		t.Fatalf("tune/shifting: %+v", r)
+	}
+	if r := get("n", "held/all"); r.N != 1 || math.Abs(r.VsThreshold.Mean+1) > 1e-9 || r.VsThreshold.AtLeastMinusHalf != 0 {
+		t.Fatalf("held/all: %+v", r)
+	}
+	if r := get("threshold", "all/all"); r.N != 3 || math.Abs(r.VsStaticBest.Mean-(5-20+3)/3.0) > 1e-9 || r.VsThreshold != nil || r.MovesPerHour != 20 {
+		t.Fatalf("threshold all/all: %+v", r)
+	}
+	for _, r := range rows {
+		if r.Group == "held/stationary" {
+			t.Fatalf("a row for an empty group: %+v", r)
+		}
+	}
+}
+
+// The local search finds the full sweep's best split (the suite's
+// static-best) on the quick scenarios.
+func TestStaticBestLocalMatchesSweep(t *testing.T) {
+	src := testSources(t)
+	for _, sc := range QuickSuite() {
+		for _, x := range []float64{0.4, 0.7} {
+			reqs, ttft, tpot, err := sc.Workload(src, x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := scenarioConfig(sc, ttft, tpot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			att, split, runs, err := staticBestLocal(context.Background(), cfg, reqs, fluidSplit(cfg, reqs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Policy = "static-best"
+			full, err := Run(context.Background(), cfg, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if att != full.SLOAttainment || split != *full.BestSplit {
+				t.Fatalf("%s x%v: local search static:%d %.4f in %d runs, sweep static:%d %.4f", sc.Name, x, split, att, runs, *full.BestSplit, full.SLOAttainment)
+			}
+		}
+	}
+}
+
+func TestRunQuickSuiteAndBaselineCache(t *testing.T) {
+	src := testSources(t)
+	cache := map[string]SuiteBaseline{}
+	o := SuiteOptions{Sources: src, Variants: []SuiteVariant{{Name: "narwhal"}}, Parallel: 2, Baselines: cache}
+	res, err := RunSuite(context.Background(), QuickSuite(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || len(cache) != 2 {
+		t.Fatalf("%d results, %d cached baselines", len(res), len(cache))
+	}
+	for _, r := range res {
+		b := r.Baseline
+		if !b.InRange || b.StaticBest < suiteMinAttainment || b.StaticBest > suiteMaxAttainment || b.RateScale <= 0 || b.Requests == 0 {
+			t.Fatalf("%s: baseline %+v not calibrated into [0.80, 0.95]", r.Scenario.Name, b)
+		}
+		if r.InitialPrefill < 1 || r.InitialPrefill >= r.Scenario.Engines {
+			t.Fatalf("%s: initial prefill %d", r.Scenario.Name, r.InitialPrefill)
+		}
+		n, ok := r.Narwhal["narwhal"]
+		if !ok || n.Attainment <= 0 || n.Attainment > 1 {
+			t.Fatalf("%s: narwhal %+v", r.Scenario.Name, n)
+		}
+	}
+	// A cached baseline is used as is (no calibration): a marked value
+	// comes back, and narwhal's outcome is the same run.
+	for k, b := range cache {
+		b.StaticBest = 0.5
+		cache[k] = b
+	}
+	res2, err := RunSuite(context.Background(), QuickSuite(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.EvenStart = true
+	res2, err = RunSuite(context.Background(), QuickSuite(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range res2 {
+		if res2[i].InitialPrefill != res2[i].Scenario.Engines/2 {
+			t.Fatalf("%s: even start from %d prefill", res2[i].Scenario.Name, res2[i].InitialPrefill)
+		}
+	}
+	o.EvenStart = false
+	res2, err = RunSuite(context.Background(), QuickSuite(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range res2 {
+		if res2[i].Baseline.StaticBest != 0.5 {
+			t.Fatalf("%s: cached baseline not used: %+v", res2[i].Scenario.Name, res2[i].Baseline)
+		}
+		a, b := res[i].Narwhal["narwhal"], res2[i].Narwhal["narwhal"]
+		if a.Attainment != b.Attainment || a.Moves != b.Moves {
+			t.Fatalf("%s: narwhal %+v then %+v on the same workload", res[i].Scenario.Name, a, b)
+		}
+	}
+	// The deployment hook refuses what the simulator cannot run yet.
+	bad := QuickSuite()[:1]
+	bad[0].ControllerProfile = "prior"
+	if _, err := RunSuite(context.Background(), bad, SuiteOptions{Sources: src, Variants: o.Variants}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("controller profile prior: %v, want ErrBadConfig", err)
+	}
+	if _, err := RunSuite(context.Background(), QuickSuite(), SuiteOptions{Sources: src}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("no variants: %v, want ErrBadConfig", err)
+	}
+}
+
+// The opening split follows the opening traffic: prefill-heavy Azure code
+// gets most engines in prefill, a decode-heavy mix most in decode, and
+// traffic after the opening window does not count.
+func TestOpeningSplitFollowsOpeningMix(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Engines = 16
+	code, err := BundledTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := openingSplit(cfg, code); p < 12 {
+		t.Fatalf("Azure code: opening split %d prefill of 16, want ≥ 12", p)
+	}
+	var mixed []Request
+	for i := 0; i < 2000; i++ {
+		mixed = append(mixed, Request{ArrivalNs: int64(i) * 2e8, InputTokens: 200, OutputTokens: 800})
+	}
+	for i := 0; i < 2000; i++ { // after the window: prefill-heavy
+		mixed = append(mixed, Request{ArrivalNs: int64(openingWindowS+1)*1e9 + int64(i)*2e8, InputTokens: 6000, OutputTokens: 2})
+	}
+	if p := openingSplit(cfg, mixed); p > 4 {
+		t.Fatalf("decode-heavy opening: split %d prefill of 16, want ≤ 4", p)
+	}
+}
+
+// The acceptance lines judge the held half's rows against issue 20's
+// bounds.
+func TestWriteSuiteTableAcceptance(t *testing.T) {
+	mk := func(half, kind string, sb, th, nw float64, quick int) ScenarioResult {
+		return ScenarioResult{
+			Scenario: Scenario{Half: half, Kind: kind},
+			Baseline: SuiteBaseline{StaticBest: sb, SimSeconds: 3600, Threshold: Outcome{Attainment: th}},
+			Narwhal:  map[string]Outcome{"n": {Attainment: nw, QuickReversals: quick}},
+		}
+	}
+	var res []ScenarioResult
+	for i := 0; i < 9; i++ { // 9 shifting: +4 over static-best, +3 over threshold
+		res = append(res, mk("held", KindShift, 0.85, 0.86, 0.89, 1))
+	}
+	res = append(res, mk("held", KindStationary, 0.90, 0.91, 0.895, 0)) // −0.5 vs static-best, −1.5 vs threshold
+	var b strings.Builder
+	if err := WriteSuiteTable(&b, SummarizeSuite(res, []string{"n"})); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| held/all | n | 10 |",
+		"≥ threshold − 0.5 pt on 90 % of scenarios (want ≥ 90 %): met",
+		"mean vs threshold +2.55 pt (want ≥ +2): met",
+		"mean vs static-best on shifting +4.00 pt (want ≥ +3): met",
+		"on stationary -0.50 pt (want ≥ −1): met",
+		"quick reversals 0.90/h (want ≤ 1): met",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+	res[0].Narwhal["n"] = Outcome{Attainment: 0.80, QuickReversals: 5}
+	b.Reset()
+	if err := WriteSuiteTable(&b, SummarizeSuite(res, []string{"n"})); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "on 80 % of scenarios (want ≥ 90 %): MISSED") || !strings.Contains(out, "quick reversals 1.30/h (want ≤ 1): MISSED") {
+		t.Fatalf("a worse scenario does not fail the bounds:\n%s", out)
+	}
+}
+
+// The calibration is deterministic and independent of the parallelism.
+func TestSuiteCalibrationDeterministic(t *testing.T) {
+	src := testSources(t)
+	run := func(par int) []ScenarioResult {
+		res, err := RunSuite(context.Background(), QuickSuite(), SuiteOptions{Sources: src, Variants: []SuiteVariant{{Name: "narwhal"}}, Parallel: par})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := run(1), run(2)
+	for i := range a {
+		a[i].WallS, b[i].WallS = 0, 0
+		for _, r := range []*ScenarioResult{&a[i], &b[i]} {
+			r.Baseline.Threshold.WallS = 0
+			n := r.Narwhal["narwhal"]
+			n.WallS = 0
+			r.Narwhal["narwhal"] = n
+		}
+		if !reflect.DeepEqual(a[i], b[i]) {
+			t.Fatalf("%s: %+v\nthen %+v", a[i].Scenario.Name, a[i], b[i])
+		}
+	}
+}
