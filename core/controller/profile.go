@@ -96,6 +96,10 @@ type Profile struct {
 	Prefill    PrefillFit `json:"prefill"`
 	HasDecode  bool       `json:"has_decode"`
 	Decode     DecodeFit  `json:"decode"`
+	// Calibration is set once online calibration has learned intervals
+	// for this profile (the coefficients above include it); never
+	// changed in place.
+	Calibration *ProfileCalibration `json:"calibration,omitempty"`
 }
 
 // CoversPrefill reports whether the profile models prefill for prompts up

@@ -100,10 +100,13 @@ type Resident struct {
 
 // Engine is one row of the engine table.
 type Engine struct {
-	ID    string      `json:"id"`
-	Node  string      `json:"node"`
-	Model string      `json:"model"`
-	GPU   string      `json:"gpu"` // GPU kind, e.g. "A100-80G", "H100"; with Model selects the profile
+	ID    string `json:"id"`
+	Node  string `json:"node"`
+	Model string `json:"model"`
+	GPU   string `json:"gpu"` // GPU kind, e.g. "A100-80G", "H100"; with Model selects the profile
+	// TP is the engine's tensor-parallel degree (0 unknown: any profile
+	// of the model and GPU; the prior then assumes 1).
+	TP    int         `json:"tp,omitempty"`
 	Role  Role        `json:"role"`
 	State EngineState `json:"state"`
 	Live  bool        `json:"live"`
