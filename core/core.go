@@ -360,9 +360,13 @@ func (c *Core) UpdateEngine(id string, nowNs int64, res controller.Resident, kvC
 
 // ObserveLatency learns one engine's latency interval (the agent's
 // wire.EngineReport.Latency) into the profile that prices the engine.
-func (c *Core) ObserveLatency(engineID string, li controller.LatencyInterval) error {
-	return c.ctrl.ObserveLatency(engineID, li)
+func (c *Core) ObserveLatency(engineID string, nowNs int64, li controller.LatencyInterval) error {
+	return c.ctrl.ObserveLatency(engineID, nowNs, li)
 }
+
+// Unprofiled names "model on GPU" of every engine without a latency
+// profile (moved on observed pressure only), sorted.
+func (c *Core) Unprofiled() []string { return c.ctrl.Unprofiled() }
 
 // MoveDone completes a move started through the actuator.
 func (c *Core) MoveDone(engineID string, nowNs int64, err error) {

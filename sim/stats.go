@@ -125,18 +125,21 @@ func (st *stats) met(r *reqState) (ttft, tpot bool) {
 
 // Result is one simulation's outcome.
 type Result struct {
-	Policy         string  `json:"policy"`
-	BestSplit      *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
-	Schedule       string  `json:"schedule,omitempty"`   // oracle: the schedule found, for --policy scheduled:<Schedule>
-	Engines        int     `json:"engines"`
-	Profile        string  `json:"profile"`
-	Requests       int     `json:"requests"`
-	Completed      int     `json:"completed"`
-	SLOAttainment  float64 `json:"slo_attainment"`
-	TTFTAttainment float64 `json:"ttft_attainment"`
-	TPOTAttainment float64 `json:"tpot_attainment"`
-	GoodputRPS     float64 `json:"goodput_rps"`
-	Moves          int     `json:"moves"`
+	Policy            string  `json:"policy"`
+	BestSplit         *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
+	Schedule          string  `json:"schedule,omitempty"`   // oracle: the schedule found, for --policy scheduled:<Schedule>
+	Engines           int     `json:"engines"`
+	Profile           string  `json:"profile"`
+	EngineSlowdown    float64 `json:"engine_slowdown,omitempty"`
+	ControllerProfile string  `json:"controller_profile,omitempty"`
+	Calibrate         bool    `json:"calibrate,omitempty"`
+	Requests          int     `json:"requests"`
+	Completed         int     `json:"completed"`
+	SLOAttainment     float64 `json:"slo_attainment"`
+	TTFTAttainment    float64 `json:"ttft_attainment"`
+	TPOTAttainment    float64 `json:"tpot_attainment"`
+	GoodputRPS        float64 `json:"goodput_rps"`
+	Moves             int     `json:"moves"`
 	// Reversals counts moves in the opposite direction of the move before
 	// (prefill→decode after decode→prefill or back): oscillation shows here.
 	Reversals int `json:"reversals"`
@@ -181,6 +184,7 @@ func (s *simulator) result() *Result {
 		Policy:         s.pol.name(),
 		Engines:        len(s.eng),
 		Profile:        s.prof.Name,
+		EngineSlowdown: s.cfg.EngineSlowdown, ControllerProfile: s.cfg.ControllerProfile, Calibrate: s.cfg.Calibrate,
 		Requests:       len(s.reqs),
 		Moves:          s.moves,
 		Reversals:      s.reversals,

@@ -71,6 +71,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal, threshold and scheduled (0: engines/2)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	coreCfg := fs.String("core-config", "", "narwhal: JSON file overriding core.DefaultConfig() (e.g. {\"controller\":{\"cooldown_s\":10}}); the SLOs always come from --ttft-slo/--tpot-slo")
+	slowdown := fs.Float64("engine-slowdown", 1, "multiply the simulated engines' true prefill and decode times by X")
+	ctrlProf := fs.String("controller-profile", sim.ProfileExact, "narwhal: what the controller starts from: exact (the engines' true profile, slowdown included) | nominal (the named profile without the slowdown) | prior (the geometry prior only) | none (no profile: observed pressure) | FILE (measured points, see core/profile/README.md)")
+	profFile := fs.String("profiles", "", "narwhal: profile file (same as --controller-profile FILE)")
+	calibrate := fs.Bool("calibrate", false, "narwhal: feed the engines' per-interval latency figures to the core's online profile calibration")
 	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -104,6 +108,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Engines, cfg.Policy, cfg.Seed = *engines, *policy, *seed
 	cfg.TTFTSLOS, cfg.TPOTSLOS, cfg.Profile = *ttft, *tpot, *profile
 	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
+	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate = *slowdown, *ctrlProf, *calibrate
+	if *profFile != "" {
+		if *ctrlProf != sim.ProfileExact && *ctrlProf != *profFile {
+			return fmt.Errorf("--profiles and --controller-profile %s: give one", *ctrlProf)
+		}
+		cfg.ControllerProfile = *profFile
+	}
 	if *coreCfg != "" {
 		b, err := os.ReadFile(*coreCfg)
 		if err != nil {

@@ -72,15 +72,16 @@ type ProfileCalibration struct {
 // engines' intervals as three multipliers per phase of the starting
 // profile's terms (prefill: a, b·L, c·L²; decode: a, per_seq·batch,
 // per_ctx·ctx), by weighted least squares on relative error with
-// exponential forgetting (calibForget per interval) and a ridge pulling
-// each multiplier toward 1 (calibRidge intervals' worth): bounded memory
+// exponential forgetting (time constant calibTauNs on the reporting
+// clock, whatever the number of engines) and a ridge pulling each
+// multiplier toward 1 (as much as calibRidge average intervals): bounded memory
 // (a 3×3 system per phase), the starting profile's shape where the
 // intervals do not reach, and robustness to the engines' coarse
 // histogram buckets, because only their exact sums and counts are used.
 // Multipliers stay within [calibMin, calibMax]; an interval whose mean
 // is more than calibOutlier× off the current prediction is dropped.
 const (
-	calibForget  = 0.97
+	calibTauNs   = int64(120e9)
 	calibRidge   = 2.0
 	calibMin     = 0.2
 	calibMax     = 5.0
@@ -88,11 +89,14 @@ const (
 	calibErrEW   = 0.1
 )
 
-// rls is one phase's running system.
+// rls is one phase's running system: Σ w·φφᵀ, Σ w·φ·y and the number
+// of intervals n, all decayed with time.
 type rls struct {
-	m     [3][3]float64
-	v     [3]float64
-	theta [3]float64
+	m      [3][3]float64
+	v      [3]float64
+	n      float64
+	lastNs int64
+	theta  [3]float64
 }
 
 func (r *rls) init() { r.theta = [3]float64{1, 1, 1} }
@@ -101,39 +105,49 @@ func (r *rls) predict(phi [3]float64) float64 {
 	return r.theta[0]*phi[0] + r.theta[1]*phi[1] + r.theta[2]*phi[2]
 }
 
-// add learns y ≈ θ·φ with relative weight and re-solves θ.
-func (r *rls) add(phi [3]float64, y float64) {
+// add learns y ≈ θ·φ at nowNs with relative weight and re-solves θ.
+func (r *rls) add(nowNs int64, phi [3]float64, y float64) {
+	if r.lastNs != 0 && nowNs > r.lastNs {
+		k := math.Exp(-float64(nowNs-r.lastNs) / float64(calibTauNs))
+		for i := 0; i < 3; i++ {
+			for j := 0; j < 3; j++ {
+				r.m[i][j] *= k
+			}
+			r.v[i] *= k
+		}
+		r.n *= k
+	}
+	r.lastNs = max(r.lastNs, nowNs)
 	w := 1 / (y * y)
 	for i := 0; i < 3; i++ {
 		for j := 0; j < 3; j++ {
-			r.m[i][j] = calibForget*r.m[i][j] + w*phi[i]*phi[j]
+			r.m[i][j] += w * phi[i] * phi[j]
 		}
-		r.v[i] = calibForget*r.v[i] + w*phi[i]*y
+		r.v[i] += w * phi[i] * y
 	}
-	// Ridge toward θ = 1, scaled to each term's size in the data so that
-	// it weighs as calibRidge intervals.
+	r.n++
+	// Ridge toward θ = 1, scaled to each term's average size per
+	// interval so that it weighs as calibRidge intervals.
 	var a [3][4]float64
 	for i := 0; i < 3; i++ {
 		for j := 0; j < 3; j++ {
 			a[i][j] = r.m[i][j]
 		}
-		d := calibRidge * math.Max(r.m[i][i]/max(1, r.weightSum()), 1e-12)
+		d := calibRidge * max(r.m[i][i]/r.n, 1e-12)
 		a[i][i] += d
 		a[i][3] = r.v[i] + d
 	}
 	if sol, ok := solve3(a); ok {
 		for i := range sol {
-			if !(sol[i] == sol[i]) || math.IsInf(sol[i], 0) {
+			if math.IsNaN(sol[i]) || math.IsInf(sol[i], 0) {
 				return
 			}
+		}
+		for i := range sol {
 			r.theta[i] = max(calibMin, min(calibMax, sol[i]))
 		}
 	}
 }
-
-// weightSum is the effective number of intervals in the system (the
-// forgetting factor's geometric sum, capped by what was seen).
-func (r *rls) weightSum() float64 { return 1 / (1 - calibForget) }
 
 // calibState is a profile's calibration: the starting profile and both
 // phases' systems.
@@ -152,13 +166,13 @@ func newCalib(p Profile) *calibState {
 }
 
 // observe learns one interval and returns the recalibrated profile.
-func (cs *calibState) observe(li *LatencyInterval) Profile {
+func (cs *calibState) observe(nowNs int64, li *LatencyInterval) Profile {
 	b := &cs.base
 	if b.HasPrefill && li.PrefillCount >= 1 && li.PrefillSeconds > 0 && li.PrefillTokens > 0 {
 		n := li.PrefillCount
 		x := li.PrefillTokens / n
 		x2 := li.PrefillTokensSq / n
-		if x2 < x*x {
+		if li.PrefillTokensSq == 0 { // unknown: the mean prompt's square (a lower bound)
 			x2 = x * x
 		}
 		phi := [3]float64{b.Prefill.A, b.Prefill.B * x, b.Prefill.C * x2}
@@ -170,7 +184,7 @@ func (cs *calibState) observe(li *LatencyInterval) Profile {
 			} else {
 				cs.stats.PrefillFitError += calibErrEW * (e - cs.stats.PrefillFitError)
 			}
-			cs.pre.add(phi, y)
+			cs.pre.add(nowNs, phi, y)
 			cs.stats.PrefillSamples++
 		}
 	}
@@ -184,7 +198,7 @@ func (cs *calibState) observe(li *LatencyInterval) Profile {
 			} else {
 				cs.stats.DecodeFitError += calibErrEW * (e - cs.stats.DecodeFitError)
 			}
-			cs.dec.add(phi, y)
+			cs.dec.add(nowNs, phi, y)
 			cs.stats.DecodeSamples++
 		}
 	}
@@ -201,7 +215,7 @@ func (cs *calibState) observe(li *LatencyInterval) Profile {
 // that prices the engine (online calibration); an engine without a
 // profile, or a controller built WithCalibration(false), learns nothing.
 // The next step's snapshot uses the recalibrated coefficients.
-func (c *Controller) ObserveLatency(engineID string, li LatencyInterval) error {
+func (c *Controller) ObserveLatency(engineID string, nowNs int64, li LatencyInterval) error {
 	if err := li.Validate(); err != nil {
 		return fmt.Errorf("engine %s: %w", engineID, err)
 	}
@@ -223,7 +237,7 @@ func (c *Controller) ObserveLatency(engineID string, li LatencyInterval) error {
 		cs = newCalib(c.profiles.Profiles[pi])
 		c.calib[pi] = cs
 	}
-	c.profiles.Profiles[pi] = cs.observe(&li)
+	c.profiles.Profiles[pi] = cs.observe(nowNs, &li)
 	return nil
 }
 

@@ -192,7 +192,7 @@ func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.Eng
 	r.update(e.ID, nowNs, rec)
 	if e.Latency != nil {
 		if ls, ok := r.sink.(LatencySink); ok {
-			if err := ls.ObserveLatency(e.ID, *e.Latency); err != nil {
+			if err := ls.ObserveLatency(e.ID, nowNs, *e.Latency); err != nil {
 				r.sinkErr.Inc()
 				r.log.Warn("latency interval refused", "engine", e.ID, "err", err)
 			}
@@ -203,7 +203,7 @@ func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.Eng
 // LatencySink is implemented by sinks that calibrate profiles from the
 // engines' latency intervals (*core.Core does).
 type LatencySink interface {
-	ObserveLatency(engineID string, li controller.LatencyInterval) error
+	ObserveLatency(engineID string, nowNs int64, li controller.LatencyInterval) error
 }
 
 // engineLister is implemented by sinks that can list their engines

@@ -180,6 +180,10 @@ func (p *Prior) KVCapacityTokens() int64 {
 	return int64(free / p.Model.KVBytesPerToken())
 }
 
+// PriorCoverTokens is the prompt and context length a prior profile
+// covers (profile_coverage gate).
+const PriorCoverTokens = 1 << 24
+
 // SourcePrior is the Source prefix of every profile the prior builds.
 const SourcePrior = "prior"
 
@@ -209,16 +213,18 @@ func (p *Prior) Points(modelName, gpuName string, maxInput, maxCtx int64) contro
 	return pp
 }
 
-// Profile fits the prior's points into a controller profile covering
-// prompts and per-sequence contexts up to the model's context length
-// (at least 2048 tokens).
+// Profile fits the prior's points (up to the model's context length, at
+// least 32k tokens) into a controller profile.
 func (p *Prior) Profile(modelName, gpuName string) (controller.Profile, error) {
-	maxCtx := int64(max(p.Model.MaxContext, 2048))
+	maxCtx := int64(max(p.Model.MaxContext, 32768))
 	prof, err := p.Points(modelName, gpuName, maxCtx, maxCtx).Fit()
 	if err != nil {
 		return prof, fmt.Errorf("prior %s on %s: %w", p.Model.Name, p.GPU.Name, err)
 	}
 	prof.Origin = controller.OriginPrior
+	// A model, not a measurement: it covers every length (the engine
+	// refuses what exceeds its context, not the profile).
+	prof.Prefill.MaxInput, prof.Decode.MaxCtxPerSeq = PriorCoverTokens, PriorCoverTokens
 	return prof, nil
 }
 
