@@ -50,6 +50,9 @@ type Config struct {
 	// core's online calibration every step (default off, so that the
 	// benchmark's reference runs are unchanged).
 	Calibrate bool `json:"calibrate"`
+	// WarmupS: the result also reports the SLO attainment of the requests
+	// arriving at or after this many seconds (0: none).
+	WarmupS float64 `json:"warmup_s"`
 	// Core is the core configuration of the narwhal policy; nil: core.DefaultConfig()
 	// with the SLOs above.
 	Core *core.Config `json:"-"`
@@ -137,6 +140,9 @@ func (c Config) Normalize() (Config, error) {
 	}
 	if !(c.EngineSlowdown >= 0.01 && c.EngineSlowdown <= 100) {
 		return c, fmt.Errorf("sim: engine_slowdown %v: want 0.01..100: %w", c.EngineSlowdown, ErrBadConfig)
+	}
+	if !(c.WarmupS >= 0) || math.IsInf(c.WarmupS, 0) {
+		return c, fmt.Errorf("sim: warmup_s %v: want a finite value >= 0: %w", c.WarmupS, ErrBadConfig)
 	}
 	if c.ControllerProfile == "" {
 		c.ControllerProfile = ProfileExact

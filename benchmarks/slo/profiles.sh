@@ -4,11 +4,12 @@
 # object per line on stdout. Run from the repository root:
 #   sh benchmarks/slo/profiles.sh > /tmp/profiles.jsonl
 #   go run ./benchmarks/slo/profiles-table < /tmp/profiles.jsonl
-# TRACES defaults to ../shared/traces.
+# TRACES defaults to ../shared/traces; WARMUP (default 300) is the
+# warm-up in seconds after which slo_attainment_after_warmup is counted.
 set -eu
 T=${TRACES:-../shared/traces}
 go build -o /tmp/narwhal-sim-profiles ./cmd/narwhal-sim
-SIM="/tmp/narwhal-sim-profiles --engines 16 --json --quiet --policy narwhal"
+SIM="/tmp/narwhal-sim-profiles --engines 16 --json --quiet --policy narwhal --warmup ${WARMUP:-300}"
 CODE="--trace $T/AzureLLMInferenceTrace_code.csv --rate-scale 4 --ttft-slo 1.5 --tpot-slo 0.1"
 CONV="--trace $T/AzureLLMInferenceTrace_conv.csv --rate-scale 7.5 --ttft-slo 1.5 --tpot-slo 0.1"
 MOON="--trace $T/conversation_trace.jsonl --rate-scale 0.8 --ttft-slo 10 --tpot-slo 0.1"

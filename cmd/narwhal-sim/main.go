@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctrlProf := fs.String("controller-profile", sim.ProfileExact, "narwhal: what the controller starts from: exact (the engines' true profile, slowdown included) | nominal (the named profile without the slowdown) | prior (the geometry prior only) | none (no profile: observed pressure) | FILE (measured points, see core/profile/README.md)")
 	profFile := fs.String("profiles", "", "narwhal: profile file (same as --controller-profile FILE)")
 	calibrate := fs.Bool("calibrate", false, "narwhal: feed the engines' per-interval latency figures to the core's online profile calibration")
+	warmup := fs.Float64("warmup", 0, "also report the SLO attainment of the requests arriving at or after this many seconds (slo_attainment_after_warmup)")
 	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -108,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Engines, cfg.Policy, cfg.Seed = *engines, *policy, *seed
 	cfg.TTFTSLOS, cfg.TPOTSLOS, cfg.Profile = *ttft, *tpot, *profile
 	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
-	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate = *slowdown, *ctrlProf, *calibrate
+	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate, cfg.WarmupS = *slowdown, *ctrlProf, *calibrate, *warmup
 	if *profFile != "" {
 		if *ctrlProf != sim.ProfileExact && *ctrlProf != *profFile {
 			return fmt.Errorf("--profiles and --controller-profile %s: give one", *ctrlProf)

@@ -73,20 +73,26 @@ type ProfileCalibration struct {
 // profile's terms (prefill: a, b·L, c·L²; decode: a, per_seq·batch,
 // per_ctx·ctx), by weighted least squares on relative error with
 // exponential forgetting (time constant calibTauNs on the reporting
-// clock, whatever the number of engines) and a ridge pulling each
-// multiplier toward 1 (as much as calibRidge average intervals): bounded memory
+// clock, whatever the number of engines), in two stages: a common level
+// (one multiplier of all terms, a ridge toward 1 as much as calibRidge
+// average intervals), then each term's multiplier pulled toward that
+// level (calibShapeRidge average intervals per term). A stale profile
+// of the right shape is rescaled at once; a prior of the wrong shape is
+// reshaped where the intervals span enough of the inputs. Bounded memory
 // (a 3×3 system per phase), the starting profile's shape where the
 // intervals do not reach, and robustness to the engines' coarse
 // histogram buckets, because only their exact sums and counts are used.
 // Multipliers stay within [calibMin, calibMax]; an interval whose mean
 // is more than calibOutlier× off the current prediction is dropped.
 const (
-	calibTauNs   = int64(120e9)
-	calibRidge   = 2.0
-	calibMin     = 0.2
-	calibMax     = 5.0
-	calibOutlier = 10.0
-	calibErrEW   = 0.1
+	calibTauNs = int64(120e9)
+	calibRidge = 2.0
+	// calibShapeRidge: the per-term pull toward the common level.
+	calibShapeRidge = 3.0
+	calibMin        = 0.2
+	calibMax        = 5.0
+	calibOutlier    = 10.0
+	calibErrEW      = 0.1
 )
 
 // rls is one phase's running system: Σ w·φφᵀ, Σ w·φ·y and the number
@@ -126,26 +132,43 @@ func (r *rls) add(nowNs int64, phi [3]float64, y float64) {
 		r.v[i] += w * phi[i] * y
 	}
 	r.n++
-	// Ridge toward θ = 1, scaled to each term's average size per
-	// interval so that it weighs as calibRidge intervals.
+	// The common level first: one multiplier s of all terms, with a
+	// ridge toward 1 of calibRidge average intervals.
+	var num, den float64
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			den += r.m[i][j]
+		}
+		num += r.v[i]
+	}
+	dd := calibRidge * max(den/r.n, 1e-12)
+	lvl := max(calibMin, min(calibMax, (num+dd)/(den+dd)))
+	// Then the shape: each term's multiplier, pulled toward the common
+	// level with calibShapeRidge average intervals per term, so that the
+	// starting profile's shape changes only where the intervals span
+	// enough of batch, context and prompt length to say so.
 	var a [3][4]float64
 	for i := 0; i < 3; i++ {
 		for j := 0; j < 3; j++ {
 			a[i][j] = r.m[i][j]
 		}
-		d := calibRidge * max(r.m[i][i]/r.n, 1e-12)
+		d := calibShapeRidge * max(r.m[i][i]/r.n, 1e-12)
 		a[i][i] += d
-		a[i][3] = r.v[i] + d
+		a[i][3] = r.v[i] + d*lvl
 	}
-	if sol, ok := solve3(a); ok {
-		for i := range sol {
-			if math.IsNaN(sol[i]) || math.IsInf(sol[i], 0) {
-				return
-			}
+	sol, ok := solve3(a)
+	if !ok {
+		r.theta = [3]float64{lvl, lvl, lvl}
+		return
+	}
+	for i := range sol {
+		if math.IsNaN(sol[i]) || math.IsInf(sol[i], 0) {
+			r.theta = [3]float64{lvl, lvl, lvl}
+			return
 		}
-		for i := range sol {
-			r.theta[i] = max(calibMin, min(calibMax, sol[i]))
-		}
+	}
+	for i := range sol {
+		r.theta[i] = max(calibMin, min(calibMax, sol[i]))
 	}
 }
 
