@@ -355,6 +355,7 @@ func Usage(w io.Writer) {
 	cfg := DefaultConfig()
 	fmt.Fprintf(w, "Usage: narwhal-core [--config FILE] [--SETTING VALUE ...]\n\n")
 	fmt.Fprintf(w, "  --config FILE  (env NARWHAL_CONFIG) YAML configuration file\n")
+	fmt.Fprintf(w, "  --profiles FILE  same as --profiles.file: latency profiles (core/profile/README.md)\n")
 	for _, s := range settings(&cfg) {
 		fmt.Fprintf(w, "  --%s  (env %s) default %v\n", s.path, s.env(), s.v.Interface())
 	}

@@ -192,7 +192,7 @@ const SourcePrior = "prior"
 // with per-sequence contexts from 128 to maxCtx (doubling).
 func (p *Prior) Points(modelName, gpuName string, maxInput, maxCtx int64) controller.ProfilePoints {
 	pp := controller.ProfilePoints{Model: modelName, GPU: gpuName, TP: p.TP,
-		Source: fmt.Sprintf("%s: %s geometry (%s) on %s (%s), TP%d", SourcePrior, p.Model.Name, p.Model.Source, p.GPU.Name, p.GPU.Source, p.TP)}
+		Source: fmt.Sprintf("%s: %s geometry on %s, TP%d (sources: profile.Geometries, profile.GPUs)", SourcePrior, p.Model.Name, p.GPU.Name, p.TP)}
 	maxInput, maxCtx = max(maxInput, 256), max(maxCtx, 256)
 	for l := int64(32); ; l *= 2 {
 		l = min(l, maxInput)
