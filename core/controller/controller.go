@@ -91,6 +91,8 @@ type Controller struct {
 	moves     atomic.Uint64
 	blocked   [9]atomic.Uint64 // by gate (index in Gates)
 	lastPref  atomic.Uint64    // float64 bits, current prefill pressure
+	lastDec   atomic.Uint64
+
 	// Profiles beyond the set (calibrate.go): online calibration per
 	// profile index, the resolver for missing (model, GPU, TP) and what
 	// it could not resolve.
@@ -99,7 +101,6 @@ type Controller struct {
 	resolve    Resolver
 	resolved   int
 	unresolved map[string]bool
-	lastDec    atomic.Uint64
 }
 
 // New returns a controller with no engines.

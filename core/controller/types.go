@@ -100,13 +100,10 @@ type Resident struct {
 
 // Engine is one row of the engine table.
 type Engine struct {
-	ID    string `json:"id"`
-	Node  string `json:"node"`
-	Model string `json:"model"`
-	GPU   string `json:"gpu"` // GPU kind, e.g. "A100-80G", "H100"; with Model selects the profile
-	// TP is the engine's tensor-parallel degree (0 unknown: any profile
-	// of the model and GPU; the prior then assumes 1).
-	TP    int         `json:"tp,omitempty"`
+	ID    string      `json:"id"`
+	Node  string      `json:"node"`
+	Model string      `json:"model"`
+	GPU   string      `json:"gpu"` // GPU kind, e.g. "A100-80G", "H100"; with Model selects the profile
 	Role  Role        `json:"role"`
 	State EngineState `json:"state"`
 	Live  bool        `json:"live"`
@@ -118,6 +115,9 @@ type Engine struct {
 	LastMoveNs int64 `json:"last_move_ns"`
 	// TargetRole is the role it is moving to while draining or switching.
 	TargetRole Role `json:"target_role,omitempty"`
+	// TP is the engine's tensor-parallel degree (0 unknown: any profile
+	// of the model and GPU; the prior then assumes 1).
+	TP int `json:"tp,omitempty"`
 }
 
 // Move is one engine changing role.
