@@ -62,6 +62,9 @@ type engineState struct {
 	deadReason string
 	limit      engine.KVLimit
 	sock       liveness.Socket // the watched listener (Port 0: none)
+	// latency is what the engine's latency counters gained between its
+	// last two successful scrapes, sent once with the next snapshot.
+	latency *controller.LatencyInterval
 }
 
 // Agent collects one node's engine facts and streams them to the core.
@@ -268,6 +271,7 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			e.scrapeErr = r.err.Error()
 			a.scrapes.WithLabelValues(e.cfg.ID, "error").Inc()
 		} else {
+			e.latency = latencySince(e.metrics, r.m, e.lastOKNs, nowNs)
 			e.metrics, e.scrapeErr, e.lastOKNs = r.m, "", nowNs
 			a.scrapes.WithLabelValues(e.cfg.ID, "ok").Inc()
 			if e.deadAtNs != 0 && e.deadAtNs < nowNs {
@@ -317,8 +321,10 @@ func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 		Resident:        controller.Resident{DecodeSeqs: max(m.Running, 0), KVTokens: max(m.KVUsedTokens, 0)},
 		RunningRequests: m.Running, QueuedRequests: m.Waiting,
 		KVCapacityTokens: e.limit.Tokens, KVSource: e.limit.Source, KVDisagreement: e.limit.Disagreement,
-		ScrapeError: e.scrapeErr, ScrapedNs: e.lastOKNs,
+		ScrapeError: e.scrapeErr, ScrapedNs: e.lastOKNs, TP: int(e.cfg.Geometry.TP),
+		Latency: e.latency,
 	}
+	e.latency = nil // each interval is reported once
 	if e.deadAtNs != 0 && r.ScrapeError == "" {
 		r.ScrapeError = "engine " + e.deadReason
 	}
@@ -508,4 +514,22 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// latencySince is the latency interval between two successful scrapes of
+// one engine (nil when the engine exposes no latency counters, this is
+// its first scrape, or it restarted in between): the batch is the mean
+// of the two scrapes' running requests, the context their mean resident
+// KV tokens.
+func latencySince(prev, cur engine.Metrics, prevNs, nowNs int64) *controller.LatencyInterval {
+	if prevNs <= 0 || nowNs <= prevNs || cur.Latency == nil || prev.Latency == nil {
+		return nil
+	}
+	batch := float64(max(cur.Running, 0)+max(prev.Running, 0)) / 2
+	ctx := float64(max(cur.KVUsedTokens, 0)+max(prev.KVUsedTokens, 0)) / 2
+	li, ok := cur.Latency.Since(prev.Latency, float64(nowNs-prevNs)/1e9, batch, ctx)
+	if !ok {
+		return nil
+	}
+	return &li
 }

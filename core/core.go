@@ -13,6 +13,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/profile"
 )
 
 // Errors callers act on (compare with errors.Is).
@@ -43,6 +44,8 @@ type options struct {
 	history   []controller.Decision
 	arrivals  controller.HistoryReader
 	outputs   controller.HistoryReader
+	noPrior   bool
+	noCalib   bool
 }
 
 // WithActuator sets who carries moves out (default: the journal-only dry
@@ -59,6 +62,16 @@ func WithStateFile(path string) Option { return func(o *options) { o.stateFile =
 
 // WithProfiles sets the latency profiles (default: the built-in ones).
 func WithProfiles(p *controller.ProfileSet) Option { return func(o *options) { o.profiles = p } }
+
+// WithoutPrior stops the core from pricing an engine whose (model, GPU,
+// TP) the profiles lack with the geometry prior (package profile); such
+// an engine is then scored on observed pressure only
+// (controller.BasisUnprofiled).
+func WithoutPrior() Option { return func(o *options) { o.noPrior = true } }
+
+// WithCalibration switches online calibration of the profiles from the
+// engines' latency intervals (ObserveLatency) on (default) or off.
+func WithCalibration(on bool) Option { return func(o *options) { o.noCalib = !on } }
 
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -157,6 +170,10 @@ func New(cfg Config, opts ...Option) (*Core, error) {
 	if o.history != nil {
 		copts = append(copts, controller.WithHistory(o.history))
 	}
+	if !o.noPrior {
+		copts = append(copts, controller.WithResolver(profile.Resolve))
+	}
+	copts = append(copts, controller.WithCalibration(!o.noCalib))
 	tm := controller.Timing{StepNs: c.stepNs, ShortNs: c.shortNs, LongNs: c.windowNs, TTFTSLOS: cfg.TTFTSLOS, TPOTSLOS: cfg.TPOTSLOS}
 	if c.ctrl, err = controller.New(cfg.Controller, tm, o.profiles, copts...); err != nil {
 		return nil, fmt.Errorf("core: controller: %w", err)
@@ -341,6 +358,16 @@ func (c *Core) UpdateEngine(id string, nowNs int64, res controller.Resident, kvC
 	return c.ctrl.UpdateEngine(id, nowNs, res, kvCapacityTokens, live)
 }
 
+// ObserveLatency learns one engine's latency interval (the agent's
+// wire.EngineReport.Latency) into the profile that prices the engine.
+func (c *Core) ObserveLatency(engineID string, nowNs int64, li controller.LatencyInterval) error {
+	return c.ctrl.ObserveLatency(engineID, nowNs, li)
+}
+
+// Unprofiled names "model on GPU" of every engine without a latency
+// profile (moved on observed pressure only), sorted.
+func (c *Core) Unprofiled() []string { return c.ctrl.Unprofiled() }
+
 // MoveDone completes a move started through the actuator.
 func (c *Core) MoveDone(engineID string, nowNs int64, err error) {
 	c.ctrl.MoveDone(engineID, nowNs, err)
@@ -417,6 +444,7 @@ func (c *Core) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		buckets.NewCollector(c.demand),
 		c.ctrl.Collector(),
+		c.ctrl.ProfileCollector(),
 		buckets.NewAttainmentCollector(c.att, c.latestNs),
 		buckets.NewTotalsCollector(c.att.Totals()),
 	}

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/profile"
 )
 
 // Config is the whole service configuration. Every leaf field is settable
@@ -45,6 +46,16 @@ type Config struct {
 	// Kubernetes runs the replica as one of N behind a Lease (see
 	// KubernetesConfig and kube.go).
 	Kubernetes KubernetesConfig `yaml:"kubernetes" json:"kubernetes"`
+	// Profiles: measured latency profiles (core/profile/README.md).
+	Profiles ProfilesConfig `yaml:"profiles" json:"profiles"`
+}
+
+// ProfilesConfig: where latency profiles come from besides the built-in
+// ones and the geometry prior.
+type ProfilesConfig struct {
+	// File is a profile file (JSON, core/profile/README.md); its
+	// profiles take precedence over the built-in ones. Also --profiles.
+	File string `yaml:"file" json:"file"`
 }
 
 // AuthConfig: bearer token for every write (events, agent reports).
@@ -188,6 +199,11 @@ func (c *Config) Validate() error {
 			c.Auth.Token = string(bytes.TrimSpace(b))
 		}
 	}
+	if c.Profiles.File != "" {
+		if _, err := profile.LoadFile(c.Profiles.File); err != nil {
+			bad("profiles.file: %v", err)
+		}
+	}
 	if c.Auth.Token == "" && c.Auth.TokenFile == "" && !c.Auth.AllowUnauthenticated {
 		bad("auth.token must be set (or auth.token_file, or NARWHAL_AUTH_TOKEN), got none; set auth.allow_unauthenticated=true to run writes without a token")
 	}
@@ -272,6 +288,10 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 	configPath := fs.String("config", "", "YAML configuration file (env NARWHAL_CONFIG)")
 	type rawFlag struct{ name, value string }
 	var flagged []rawFlag
+	fs.Func("profiles", "profile file, same as --profiles.file", func(v string) error {
+		flagged = append(flagged, rawFlag{"profiles.file", v})
+		return nil
+	})
 	for _, s := range leaves {
 		name := s.path
 		record := func(v string) error {
@@ -338,6 +358,7 @@ func Usage(w io.Writer) {
 	cfg := DefaultConfig()
 	fmt.Fprintf(w, "Usage: narwhal-core [--config FILE] [--SETTING VALUE ...]\n\n")
 	fmt.Fprintf(w, "  --config FILE  (env NARWHAL_CONFIG) YAML configuration file\n")
+	fmt.Fprintf(w, "  --profiles FILE  same as --profiles.file: latency profiles (core/profile/README.md)\n")
 	for _, s := range settings(&cfg) {
 		fmt.Fprintf(w, "  --%s  (env %s) default %v\n", s.path, s.env(), s.v.Interface())
 	}

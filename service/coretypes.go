@@ -10,6 +10,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/profile"
 )
 
 // The facade's introspection types, named once so that the Core interface
@@ -38,9 +39,22 @@ const (
 // saves the controller state to DataDir/state.json after every step
 // (restored here, so cooldown and dwell survive a restart). Without one the
 // core is a dry run kept in memory. The extra options (e.g.
-// Kube.CoreOptions) are applied last.
+// Kube.CoreOptions) are applied last. profiles.file's profiles come
+// before the built-in ones; the geometry prior prices the rest.
 func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*core.Core, error) {
 	opts := []core.Option{core.WithLogger(logger)}
+	if cfg.Profiles.File != "" {
+		set, err := profile.LoadFile(cfg.Profiles.File)
+		if err != nil {
+			return nil, fmt.Errorf("service: profiles.file: %w", err)
+		}
+		// The file's profiles first: they take precedence in lookups.
+		merged, err := controller.NewProfileSet(append(set.Profiles, controller.BuiltinProfiles().Profiles...)...)
+		if err != nil {
+			return nil, fmt.Errorf("service: profiles.file: %w", err)
+		}
+		opts = append(opts, core.WithProfiles(merged))
+	}
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return nil, fmt.Errorf("service: data_dir: %w", err)

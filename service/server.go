@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -412,14 +413,25 @@ func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	body := func(status, reason string) map[string]string {
+		m := map[string]string{"status": status, "reason": reason}
+		// Models without a latency profile (their engines move on
+		// observed pressure only); readiness does not depend on it.
+		if u, ok := s.core.(interface{ Unprofiled() []string }); ok {
+			if list := u.Unprofiled(); len(list) > 0 {
+				m["unprofiled"] = strings.Join(list, "; ")
+			}
+		}
+		return m
+	}
 	if !s.cfg.Agents.Required {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "reason": "running without agents (agents.required=false)"})
+		writeJSON(w, http.StatusOK, body("ready", "running without agents (agents.required=false)"))
 		return
 	}
 	if s.registry.Fresh(s.now()) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "reason": "fresh agent data"})
+		writeJSON(w, http.StatusOK, body("ready", "fresh agent data"))
 		return
 	}
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready",
-		"reason": fmt.Sprintf("no agent reported within agents.stale_after_s=%g", s.cfg.Agents.StaleAfterS)})
+	writeJSON(w, http.StatusServiceUnavailable, body("not ready",
+		fmt.Sprintf("no agent reported within agents.stale_after_s=%g", s.cfg.Agents.StaleAfterS)))
 }

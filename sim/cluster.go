@@ -43,6 +43,23 @@ type engine struct {
 	incoming   int   // transfers in flight to this engine
 	incomingKV int64 // their prompt tokens
 	stepping   bool
+	// lat accumulates the engine's latency figures since the last report
+	// (decode batch and context as sums over the steps; latencyInterval
+	// turns them into means).
+	lat controller.LatencyInterval
+}
+
+// latencyInterval returns the figures since the last call and resets
+// them: what the engine's own metrics would report over the interval.
+func (e *engine) latencyInterval(intervalS float64) controller.LatencyInterval {
+	li := e.lat
+	e.lat = controller.LatencyInterval{}
+	li.IntervalS = intervalS
+	if li.DecodeCount > 0 {
+		li.DecodeBatch /= li.DecodeCount
+		li.DecodeCtxTokens /= li.DecodeCount
+	}
+	return li
 }
 
 func (e *engine) queueLen() int { return len(e.queue) - e.qhead }

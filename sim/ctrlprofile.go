@@ -3,8 +3,74 @@ package sim
 import (
 	"fmt"
 
+	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/profile"
 )
+
+// Controller profile modes (Config.ControllerProfile); anything else is
+// a profile file's path.
+const (
+	ProfileExact   = "exact"
+	ProfileNominal = "nominal"
+	ProfilePrior   = "prior"
+	ProfileNone    = "none"
+)
+
+// controllerStart returns the profile set and core options the narwhal
+// policy starts from in mode (Config.ControllerProfile).
+//   - exact: ControllerProfiles of the engines' true profile (slowdown included).
+//   - nominal: the same without the slowdown.
+//   - prior: the built-in measured profiles less any of the engines'
+//     model, so that the core prices the engines with its geometry prior.
+//   - none: the same set, and no prior (observed pressure only).
+//   - a path: profile.LoadFile, with the prior for what it lacks.
+func controllerStart(mode string, p Profile, maxInput, maxCtxPerSeq int64) (*controller.ProfileSet, []core.Option, error) {
+	switch mode {
+	case ProfileExact, "":
+		ps, err := ControllerProfiles(p, maxInput, maxCtxPerSeq)
+		return ps, nil, err
+	case ProfileNominal:
+		n := p
+		n.Slowdown = 1
+		ps, err := ControllerProfiles(n, maxInput, maxCtxPerSeq)
+		return ps, nil, err
+	case ProfilePrior, ProfileNone:
+		ps, err := withoutModel(controller.BuiltinProfiles(), p.Model)
+		if err != nil {
+			return nil, nil, err
+		}
+		if mode == ProfileNone {
+			return ps, []core.Option{core.WithoutPrior()}, nil
+		}
+		return ps, nil, nil
+	}
+	ps, err := profile.LoadFile(mode)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: controller profile: %w", err)
+	}
+	return ps, nil, nil
+}
+
+// withoutModel drops the profiles of model (and its aliases) from the set.
+func withoutModel(set *controller.ProfileSet, model string) (*controller.ProfileSet, error) {
+	m := profile.NormModel(model)
+	var keep []controller.Profile
+	for _, p := range set.Profiles {
+		hit := profile.NormModel(p.Model) == m
+		for _, a := range p.Aliases {
+			hit = hit || profile.NormModel(a) == m
+		}
+		if !hit {
+			keep = append(keep, p)
+		}
+	}
+	ps, err := controller.NewProfileSet(keep...)
+	if err != nil {
+		return nil, fmt.Errorf("sim: profiles without %s: %w", model, err)
+	}
+	return ps, nil
+}
 
 // ControllerProfiles is the latency profile the narwhal policy hands to the
 // core (core.WithProfiles): the simulated engine's own formulas evaluated on

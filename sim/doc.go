@@ -52,6 +52,17 @@
 // controller logic is copied here. The core gets the simulated engines'
 // profile through core.WithProfiles (ControllerProfiles): the controller's
 // own fitting of points from the same formulas, over the workload's range.
+// Config.ControllerProfile (--controller-profile) chooses what it starts
+// from instead: exact (that, the default), nominal (the published profile
+// without Config.EngineSlowdown, a stale profile), prior (package
+// profile's geometry prior only), none (no profile, no prior) or a
+// profile file. Every engine accumulates what its own metrics would
+// report (prefill batches with their token sums and Σ L², decode steps
+// with their batch and context); with Config.Calibrate (--calibrate) the
+// policy hands each engine's interval to core.ObserveLatency every step,
+// the same controller.LatencyInterval the agent sends in
+// wire.EngineReport.Latency. Calibrate defaults to false so that the
+// benchmark's reference runs stay what they were.
 //
 // # Choices where the traces are silent
 //

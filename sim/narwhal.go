@@ -20,6 +20,9 @@ type narwhalPolicy struct {
 	errs    int64
 	lastErr error
 	hook    func(controller.Decision)
+	// calibrate: report the engines' latency intervals every step.
+	calibrate bool
+	lastObsNs int64
 }
 
 func (np *narwhalPolicy) name() string { return "narwhal" }
@@ -33,14 +36,16 @@ func (np *narwhalPolicy) init(s *simulator) error {
 		cc.TPOTSLOS = s.cfg.TPOTSLOS
 	}
 	maxIn, maxCtx := profileRange(s.reqs, cc.Controller.DefaultOutputTokens)
-	ps, err := ControllerProfiles(s.prof, maxIn, min(maxCtx, s.prof.KVCapacityTokens))
+	ps, popts, err := controllerStart(s.cfg.ControllerProfile, s.prof, maxIn, min(maxCtx, s.prof.KVCapacityTokens))
 	if err != nil {
 		return err
 	}
+	np.calibrate = s.cfg.Calibrate
 	if s.o.newCore != nil {
 		np.c, err = s.o.newCore(actuator{s}, ps)
 	} else {
-		np.c, err = core.New(cc, core.WithActuator(actuator{s}), core.WithProfiles(ps))
+		opts := append([]core.Option{core.WithActuator(actuator{s}), core.WithProfiles(ps), core.WithCalibration(s.cfg.Calibrate)}, popts...)
+		np.c, err = core.New(cc, opts...)
 		np.owned = true
 	}
 	if err != nil {
@@ -57,7 +62,7 @@ func (np *narwhalPolicy) init(s *simulator) error {
 	for i := range s.eng {
 		e := &s.eng[i]
 		err := np.c.UpsertEngine(controller.Engine{
-			ID: e.id, Node: "node-" + e.id, Model: s.prof.Model, GPU: s.prof.GPU,
+			ID: e.id, Node: "node-" + e.id, Model: s.prof.Model, GPU: s.prof.GPU, TP: s.prof.TP,
 			Role: e.role, State: controller.StateServing, Live: true,
 			KVCapacityTokens: s.prof.KVCapacityTokens,
 		})
@@ -102,9 +107,20 @@ func (np *narwhalPolicy) decode(s *simulator) []int  { np.roles(s); return np.d 
 func (np *narwhalPolicy) stepNs() int64              { return np.stepNsV }
 
 func (np *narwhalPolicy) step(s *simulator, now int64) int {
+	intervalS := float64(now-np.lastObsNs) / 1e9
+	if np.lastObsNs == 0 {
+		intervalS = float64(np.stepNsV) / 1e9
+	}
+	np.lastObsNs = now
 	for i := range s.eng {
 		e := &s.eng[i]
 		np.check(np.c.UpdateEngine(e.id, now, e.resident(now), s.prof.KVCapacityTokens, true))
+		// What the engine's own metrics gained since the last step (the
+		// agent's wire.EngineReport.Latency).
+		li := e.latencyInterval(intervalS)
+		if np.calibrate {
+			np.check(np.c.ObserveLatency(e.id, now, li))
+		}
 	}
 	d := np.c.Step(now)
 	if np.hook != nil {

@@ -32,13 +32,23 @@ type Profile struct {
 	KVBytesPerToken  int64 // 2 × layers × hidden × 2 bytes (fp16), for the transfer time
 	MaxBatchTokens   int64 // prefill batch token budget
 	Source           string
+	// Slowdown multiplies every prefill and decode time (0 or 1: none):
+	// engines slower or faster than their published profile.
+	Slowdown float64
+}
+
+func (p *Profile) slow(ms float64) int64 {
+	if p.Slowdown > 0 {
+		ms *= p.Slowdown
+	}
+	return int64(ms * 1e6)
 }
 
 // PrefillNs is the time of one prefill batch whose prompts sum to sumL
 // tokens and whose squared lengths sum to sumL2.
 func (p *Profile) PrefillNs(sumL, sumL2 float64) int64 {
 	ms := p.PrefillMs[0] + p.PrefillMs[1]*sumL + p.PrefillMs[2]*sumL2
-	return int64(ms * 1e6)
+	return p.slow(ms)
 }
 
 // DecodeStepNs is the time of one decode iteration over batch sequences
@@ -49,7 +59,7 @@ func (p *Profile) DecodeStepNs(batch, sumCtx int64) int64 {
 		c = &p.DecodeLargeMs
 	}
 	ms := c[0] + c[1]*float64(sumCtx+batch) + c[2]*float64(batch)
-	return int64(ms * 1e6)
+	return p.slow(ms)
 }
 
 const distserveSource = "DistServe profiler-a100-80g.distserve.json + max_num_tokens.csv (LLMServe/DistServe 82831f16, Apache-2.0)"

@@ -37,6 +37,22 @@ type Config struct {
 	Seed             uint64  `json:"seed"`
 	NoMaxTokensFrac  float64 `json:"no_max_tokens_frac"` // share of requests without max_tokens
 	EstErrSigma      float64 `json:"est_err_sigma"`      // lognormal sigma of the bytes/4 input estimate
+	// EngineSlowdown multiplies the simulated engines' true prefill and
+	// decode times (0: 1).
+	EngineSlowdown float64 `json:"engine_slowdown"`
+	// ControllerProfile is what the narwhal policy's controller starts
+	// from: "exact" (default; the engines' true profile, slowdown
+	// included), "nominal" (the named profile without the slowdown: a
+	// stale profile), "prior" (the geometry prior only), "none" (no
+	// profile: observed pressure only) or a profile file's path.
+	ControllerProfile string `json:"controller_profile"`
+	// Calibrate feeds the engines' per-interval latency figures to the
+	// core's online calibration every step (default off, so that the
+	// benchmark's reference runs are unchanged).
+	Calibrate bool `json:"calibrate"`
+	// WarmupS: the result also reports the SLO attainment of the requests
+	// arriving at or after this many seconds (0: none).
+	WarmupS float64 `json:"warmup_s"`
 	// Core is the core configuration of the narwhal policy; nil: core.DefaultConfig()
 	// with the SLOs above.
 	Core *core.Config `json:"-"`
@@ -118,6 +134,18 @@ func (c Config) Normalize() (Config, error) {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < f.min {
 			return c, fmt.Errorf("sim: %s %v: want a finite value ≥ %v: %w", f.name, f.v, f.min, ErrBadConfig)
 		}
+	}
+	if c.EngineSlowdown == 0 {
+		c.EngineSlowdown = 1
+	}
+	if !(c.EngineSlowdown >= 0.01 && c.EngineSlowdown <= 100) {
+		return c, fmt.Errorf("sim: engine_slowdown %v: want 0.01..100: %w", c.EngineSlowdown, ErrBadConfig)
+	}
+	if !(c.WarmupS >= 0) || math.IsInf(c.WarmupS, 0) {
+		return c, fmt.Errorf("sim: warmup_s %v: want a finite value >= 0: %w", c.WarmupS, ErrBadConfig)
+	}
+	if c.ControllerProfile == "" {
+		c.ControllerProfile = ProfileExact
 	}
 	if c.NoMaxTokensFrac > 1 {
 		return c, fmt.Errorf("sim: no_max_tokens_frac %v: want ≤ 1: %w", c.NoMaxTokensFrac, ErrBadConfig)

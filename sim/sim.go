@@ -71,6 +71,7 @@ type simulator struct {
 
 func newSimulator(cfg Config, reqs []Request, o options, pol policy) (*simulator, error) {
 	prof, err := LookupProfile(cfg.Profile)
+	prof.Slowdown = cfg.EngineSlowdown
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +303,12 @@ func (s *simulator) tryPrefill(e *engine) {
 	}
 	e.heldKV += kv
 	e.busy = true
-	e.busyUntil = s.now + s.prof.PrefillNs(sumL, sumL2)
+	d := s.prof.PrefillNs(sumL, sumL2)
+	e.busyUntil = s.now + d
+	e.lat.PrefillCount++
+	e.lat.PrefillSeconds += float64(d) / 1e9
+	e.lat.PrefillTokens += sumL
+	e.lat.PrefillTokensSq += sumL2
 	s.push(e.busyUntil, evPrefillDone, int32(e.idx), -1)
 }
 
@@ -381,7 +387,14 @@ func (s *simulator) transferDone(e *engine, ri int32) {
 
 func (s *simulator) startStep(e *engine) {
 	e.stepping = true
-	s.push(s.now+s.prof.DecodeStepNs(int64(len(e.seqs)), e.sumCtx), evStepDone, int32(e.idx), -1)
+	d := s.prof.DecodeStepNs(int64(len(e.seqs)), e.sumCtx)
+	if len(e.seqs) > 0 {
+		e.lat.DecodeCount++
+		e.lat.DecodeSeconds += float64(d) / 1e9
+		e.lat.DecodeBatch += float64(len(e.seqs))
+		e.lat.DecodeCtxTokens += float64(e.sumCtx)
+	}
+	s.push(s.now+d, evStepDone, int32(e.idx), -1)
 }
 
 func (s *simulator) stepDone(e *engine) {

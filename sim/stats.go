@@ -125,18 +125,25 @@ func (st *stats) met(r *reqState) (ttft, tpot bool) {
 
 // Result is one simulation's outcome.
 type Result struct {
-	Policy         string  `json:"policy"`
-	BestSplit      *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
-	Schedule       string  `json:"schedule,omitempty"`   // oracle: the schedule found, for --policy scheduled:<Schedule>
-	Engines        int     `json:"engines"`
-	Profile        string  `json:"profile"`
-	Requests       int     `json:"requests"`
-	Completed      int     `json:"completed"`
-	SLOAttainment  float64 `json:"slo_attainment"`
-	TTFTAttainment float64 `json:"ttft_attainment"`
-	TPOTAttainment float64 `json:"tpot_attainment"`
-	GoodputRPS     float64 `json:"goodput_rps"`
-	Moves          int     `json:"moves"`
+	Policy            string  `json:"policy"`
+	BestSplit         *int    `json:"best_split,omitempty"` // static-best: prefill engines of the best split
+	Schedule          string  `json:"schedule,omitempty"`   // oracle: the schedule found, for --policy scheduled:<Schedule>
+	Engines           int     `json:"engines"`
+	Profile           string  `json:"profile"`
+	EngineSlowdown    float64 `json:"engine_slowdown,omitempty"`
+	ControllerProfile string  `json:"controller_profile,omitempty"`
+	Calibrate         bool    `json:"calibrate,omitempty"`
+	Requests          int     `json:"requests"`
+	Completed         int     `json:"completed"`
+	SLOAttainment     float64 `json:"slo_attainment"`
+	// SLOAttainmentAfterWarmup: attainment of the requests arriving at or
+	// after WarmupS (Config.WarmupS > 0).
+	WarmupS                  float64 `json:"warmup_s,omitempty"`
+	SLOAttainmentAfterWarmup float64 `json:"slo_attainment_after_warmup,omitempty"`
+	TTFTAttainment           float64 `json:"ttft_attainment"`
+	TPOTAttainment           float64 `json:"tpot_attainment"`
+	GoodputRPS               float64 `json:"goodput_rps"`
+	Moves                    int     `json:"moves"`
 	// Reversals counts moves in the opposite direction of the move before
 	// (prefill→decode after decode→prefill or back): oscillation shows here.
 	Reversals int `json:"reversals"`
@@ -181,6 +188,7 @@ func (s *simulator) result() *Result {
 		Policy:         s.pol.name(),
 		Engines:        len(s.eng),
 		Profile:        s.prof.Name,
+		EngineSlowdown: s.cfg.EngineSlowdown, ControllerProfile: s.cfg.ControllerProfile, Calibrate: s.cfg.Calibrate,
 		Requests:       len(s.reqs),
 		Moves:          s.moves,
 		Reversals:      s.reversals,
@@ -193,6 +201,8 @@ func (s *simulator) result() *Result {
 		TPOTSLOS:       st.tpotSLOS,
 	}
 	var both, ttftN, tpotN int
+	var warmN, warmBoth int
+	warmNs := int64(s.cfg.WarmupS * 1e9)
 	ttfts := make([]float64, 0, len(s.reqs))
 	tpots := make([]float64, 0, len(s.reqs))
 	for i := range s.reqs {
@@ -209,6 +219,12 @@ func (s *simulator) result() *Result {
 		}
 		if a && b {
 			both++
+		}
+		if s.cfg.WarmupS > 0 && r.ArrivalNs >= warmNs {
+			warmN++
+			if a && b {
+				warmBoth++
+			}
 		}
 		for len(res.PerTrace) <= r.Trace {
 			res.PerTrace = append(res.PerTrace, TraceResult{Trace: len(res.PerTrace)})
@@ -235,6 +251,10 @@ func (s *simulator) result() *Result {
 	}
 	n := float64(max(len(s.reqs), 1))
 	res.SLOAttainment = float64(both) / n
+	if s.cfg.WarmupS > 0 {
+		res.WarmupS = s.cfg.WarmupS
+		res.SLOAttainmentAfterWarmup = float64(warmBoth) / float64(max(warmN, 1))
+	}
 	res.TTFTAttainment = float64(ttftN) / n
 	res.TPOTAttainment = float64(tpotN) / n
 	res.GoodputRPS = float64(both) / math.Max(res.TraceSeconds, 1)

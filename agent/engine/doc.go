@@ -26,6 +26,16 @@
 // heads / TP) × head dim × dtype bytes (Llama-3-8B bf16: 131,072 B). See
 // CrossCheck for how the engine's number and the NVML bound combine.
 //
+// Latency (latency.go): Parse also reads the engine's cumulative latency
+// histograms and counters into Metrics.Latency (vLLM
+// request_prefill_time, request_prompt_tokens, inter_token_latency or the
+// older time_per_output_token; SGLang time_to_first_token less
+// queue_time, inter_token_latency or the older time_per_output_token),
+// and LatencyCounters.Since turns two scrapes into the interval the agent
+// reports for online profile calibration. Only histograms' exact sums and
+// counts are used, except Σ L² of the prompts, estimated from the
+// buckets' midpoints scaled to the exact sum.
+//
 // Concurrency: all functions are pure and safe for concurrent use.
 // Allocation: Parse allocates (the parser builds metric families); it runs
 // once per scrape interval per engine.

@@ -81,6 +81,9 @@ type Metrics struct {
 	Missing []string `json:"missing,omitempty"`
 	// Notes are non-fatal oddities (labels that did not parse, ...).
 	Notes []string `json:"notes,omitempty"`
+	// Latency is the engine's cumulative latency figures (latency.go);
+	// nil when it exposes none.
+	Latency *LatencyCounters `json:"latency,omitempty"`
 }
 
 // Parse reads one body in the Prometheus text exposition
@@ -155,6 +158,7 @@ func Parse(kind Kind, r io.Reader) (Metrics, error) {
 	if found == 0 {
 		return Metrics{}, fmt.Errorf("%w: %s (%d families in the body)", ErrNoEngineMetrics, kind, len(fams))
 	}
+	m.Latency = readLatency(kind, fams)
 	sort.Strings(m.Missing)
 	return m, nil
 }

@@ -8,4 +8,10 @@
 // generated one-hour workloads; --variant NAME=CORE_CONFIG.json adds a
 // narwhal configuration, --baselines FILE caches the calibration and
 // static-best per scenario; --even-start starts from an even split.
+//
+// --engine-slowdown X, --controller-profile exact|nominal|prior|none|FILE
+// (--profiles FILE is the same as FILE) and --calibrate=true|false set
+// what the narwhal policy's controller starts from and whether it learns
+// from the engines' latency figures (benchmarks/slo/PROFILES.md);
+// --warmup S also reports the attainment of the requests after S seconds.
 package main

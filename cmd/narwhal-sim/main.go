@@ -74,6 +74,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	initP := fs.Int("initial-prefill", 0, "engines starting in prefill for narwhal, threshold and scheduled (0: engines/2)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	coreCfg := fs.String("core-config", "", "narwhal: JSON file overriding core.DefaultConfig() (e.g. {\"controller\":{\"cooldown_s\":10}}); the SLOs always come from --ttft-slo/--tpot-slo")
+	slowdown := fs.Float64("engine-slowdown", 1, "multiply the simulated engines' true prefill and decode times by X")
+	ctrlProf := fs.String("controller-profile", sim.ProfileExact, "narwhal: what the controller starts from: exact (the engines' true profile, slowdown included) | nominal (the named profile without the slowdown) | prior (the geometry prior only) | none (no profile: observed pressure) | FILE (measured points, see core/profile/README.md)")
+	profFile := fs.String("profiles", "", "narwhal: profile file (same as --controller-profile FILE)")
+	calibrate := fs.Bool("calibrate", false, "narwhal: feed the engines' per-interval latency figures to the core's online profile calibration")
+	warmup := fs.Float64("warmup", 0, "also report the SLO attainment of the requests arriving at or after this many seconds (slo_attainment_after_warmup)")
 	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -107,6 +112,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Engines, cfg.Policy, cfg.Seed = *engines, *policy, *seed
 	cfg.TTFTSLOS, cfg.TPOTSLOS, cfg.Profile = *ttft, *tpot, *profile
 	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
+	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate, cfg.WarmupS = *slowdown, *ctrlProf, *calibrate, *warmup
+	if *profFile != "" {
+		if *ctrlProf != sim.ProfileExact && *ctrlProf != *profFile {
+			return fmt.Errorf("--profiles and --controller-profile %s: give one", *ctrlProf)
+		}
+		cfg.ControllerProfile = *profFile
+	}
 	if *coreCfg != "" {
 		b, err := os.ReadFile(*coreCfg)
 		if err != nil {

@@ -87,11 +87,20 @@ type Controller struct {
 	lastEvAt uint64
 	pendMove []Move
 
-	decisions [4]atomic.Uint64 // by basis (index in Bases)
+	decisions [5]atomic.Uint64 // by basis (index in Bases)
 	moves     atomic.Uint64
 	blocked   [9]atomic.Uint64 // by gate (index in Gates)
 	lastPref  atomic.Uint64    // float64 bits, current prefill pressure
 	lastDec   atomic.Uint64
+
+	// Profiles beyond the set (calibrate.go): online calibration per
+	// profile index, the resolver for missing (model, GPU, TP) and what
+	// it could not resolve.
+	calib      map[int]*calibState
+	noCalib    bool
+	resolve    Resolver
+	resolved   int
+	unresolved map[string]bool
 }
 
 // New returns a controller with no engines.
@@ -108,7 +117,10 @@ func New(cfg Config, tm Timing, profiles *ProfileSet, opts ...Option) (*Controll
 	if len(profiles.Profiles) == 0 || profiles.Default < 0 || profiles.Default >= len(profiles.Profiles) {
 		return nil, fmt.Errorf("%w: profile set needs a valid default profile", ErrInvalidProfile)
 	}
-	c := &Controller{cfg: cfg, tm: tm, profiles: profiles, index: map[string]int{}, restored: map[string]PersistedEngine{}}
+	// A private copy: resolved and calibrated profiles change it.
+	own := *profiles
+	own.Profiles = slices.Clone(profiles.Profiles)
+	c := &Controller{cfg: cfg, tm: tm, profiles: &own, index: map[string]int{}, restored: map[string]PersistedEngine{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -183,10 +195,7 @@ func (c *Controller) UpsertEngine(e Engine) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	pi, ok := c.profiles.Lookup(e.Model, e.GPU)
-	if !ok {
-		pi = -1
-	}
+	pi := c.lookupEngine(&e)
 	if i, ok := c.index[e.ID]; ok {
 		old := &c.engines[i]
 		if e.Role == RoleNone {
@@ -588,6 +597,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	d.QueuedPrefillS = roundJ(s.QueuedPrefillS)
 	d.ObservedPrefillRatio = roundJ(s.ObservedPrefill.Mean)
 	d.ObservedDecodeRatio = roundJ(s.ObservedDecode.Mean)
+	d.Profiles, d.Unprofiled = c.profileUses()
 	defer func() {
 		for i, b := range Bases {
 			if b == d.Basis {
@@ -797,7 +807,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	for _, i := range movers {
 		e := &s.Engines[i]
 		p := &s.Profiles[e.Profile]
-		covered := e.HasProfile && ((to == RolePrefill && p.CoversPrefill(s.Long.MaxInput)) || (to == RoleDecode && p.CoversDecode(s.Long.MaxCtxPerSeq)))
+		covered := s.Basis == BasisUnprofiled || e.HasProfile && ((to == RolePrefill && p.CoversPrefill(s.Long.MaxInput)) || (to == RoleDecode && p.CoversDecode(s.Long.MaxCtxPerSeq)))
 		coveredAny = coveredAny || covered
 		dwelt := e.LastMoveNs == 0 || nowNs-e.LastMoveNs >= dwellNs
 		dwellAny = dwellAny || dwelt

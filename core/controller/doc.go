@@ -17,10 +17,19 @@
 //
 // # Model
 //
-// Profiles, per (model, GPU kind): prefill seconds = a + b·L + c·L² for a
-// prompt of L tokens; decode step seconds = a + s·batch + k·context.
+// Profiles, per (model, GPU kind, TP): prefill seconds = a + b·L + c·L²
+// for a prompt of L tokens; decode step seconds = a + s·batch + k·context.
 // BuiltinProfiles name their published source; LoadProfiles reads
-// measured points from JSON.
+// measured points from JSON (the core reads profiles.file through package
+// profile, whose errors name file, line and field). An engine whose
+// (model, GPU, TP) no profile covers is priced by the Resolver
+// (WithResolver; the core passes package profile's geometry prior), which
+// adds a profile of origin "prior". ObserveLatency refits a profile online
+// from the engines' latency intervals (calibrate.go: a common level, then
+// each term's multiplier, by forgetting weighted least squares on relative
+// error); every decision journals the profiles that priced it (origin,
+// source, calibrated, fit error) and the models without one, and
+// ProfileCollector exports narwhal_profile_*.
 //
 // A split is scored where the pools stand once the moves in flight land.
 // Demand over a horizon is reduced to moments of the request shapes (rate,
@@ -67,6 +76,16 @@
 //     max(observed, (running + queued prefill s)/(prefill engines × TTFT
 //     SLO)), decode the observed ratio.
 //   - no_engines: no live serving engine; hold.
+//   - observed_pressure_unprofiled: a live serving engine has no usable
+//     profile (unprofiled.go): no latency is predicted; each phase's
+//     pressure is its observed ratio (prefill: the recovery ratio) scaled
+//     by engine counts, decode also resident KV over capacity; the
+//     profile_coverage gate passes and every other gate holds.
+//   - observed_pressure_unprofiled: a live serving engine has no usable
+//     profile (unprofiled.go): no latency is predicted; each phase's
+//     pressure is its observed ratio (prefill: the recovery ratio) scaled
+//     by engine counts, decode also resident KV over capacity; the
+//     profile_coverage gate passes and every other gate holds.
 //
 // Every decision exposes recovery_prefill_ratio, queued_prefill_s and both
 // observed ratios, whatever its basis.

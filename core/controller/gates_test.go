@@ -87,9 +87,16 @@ func TestEachGateBlocksAlone(t *testing.T) {
 			}
 		}},
 		{gate: GateProfileCoverage, prep: func(t *testing.T, c *Controller, in *Inputs) {
+			// A profile whose prefill fit stops short of the prompts seen
+			// (an engine without any profile moves on observed pressure:
+			// TestUnprofiledMovesOnObservedPressure).
+			short := c.profiles.Profiles[0]
+			short.Model, short.Aliases = "short-profile-model", nil
+			short.Prefill.MaxInput = 1
+			c.profiles.Profiles = append(c.profiles.Profiles, short)
 			for _, e := range c.Engines() {
 				if e.Role == RoleDecode {
-					e.Model = "unprofiled-model"
+					e.Model = "short-profile-model"
 					if err := c.UpsertEngine(e); err != nil {
 						t.Fatal(err)
 					}

@@ -13,6 +13,12 @@ import (
 // fitted or used.
 var ErrInvalidProfile = errors.New("invalid profile")
 
+// Profile origins (Profile.Origin).
+const (
+	OriginMeasured = "measured"
+	OriginPrior    = "prior"
+)
+
 // PrefillPoint is one measured prefill: a single prompt of InputTokens
 // took Seconds.
 type PrefillPoint struct {
@@ -81,11 +87,19 @@ type Profile struct {
 	Aliases []string `json:"aliases,omitempty"`
 	TP      int      `json:"tp"`
 	// Source names where the measured points come from.
-	Source     string     `json:"source"`
+	Source string `json:"source"`
+	// Origin is the kind of source: OriginMeasured (points from a file,
+	// the built-in tables or the simulator) or OriginPrior (geometry and
+	// datasheet).
+	Origin     string     `json:"origin,omitempty"`
 	HasPrefill bool       `json:"has_prefill"`
 	Prefill    PrefillFit `json:"prefill"`
 	HasDecode  bool       `json:"has_decode"`
 	Decode     DecodeFit  `json:"decode"`
+	// Calibration is set once online calibration has learned intervals
+	// for this profile (the coefficients above include it); never
+	// changed in place.
+	Calibration *ProfileCalibration `json:"calibration,omitempty"`
 }
 
 // CoversPrefill reports whether the profile models prefill for prompts up
@@ -324,7 +338,7 @@ type ProfilePoints struct {
 
 // Fit fits the points into a Profile; a phase without points is left out.
 func (pp ProfilePoints) Fit() (Profile, error) {
-	p := Profile{Model: pp.Model, GPU: pp.GPU, Aliases: pp.Aliases, TP: pp.TP, Source: pp.Source}
+	p := Profile{Model: pp.Model, GPU: pp.GPU, Aliases: pp.Aliases, TP: pp.TP, Source: pp.Source, Origin: OriginMeasured}
 	if len(pp.PrefillPoints) > 0 {
 		f, err := FitPrefill(pp.PrefillPoints)
 		if err != nil {

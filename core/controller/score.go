@@ -93,6 +93,9 @@ func (s *Snapshot) Split(j int) SplitScore {
 			sc.KVNeedTokens = max(sc.KVNeedTokens, kv*s.KVCorrection)
 		}
 	}
+	if s.Basis == BasisUnprofiled { // no profile: measurements only
+		pp, dp, sc.KVNeedTokens = [2]float64{}, [2]float64{}, resKV
+	}
 	if s.Basis != BasisOfferedDemand || s.useObserved {
 		p := scaleObserved(s.obsP, s.PrefillEngines, nP)
 		d := scaleObserved(s.obsD, s.DecodeEngines, nD)

@@ -131,7 +131,7 @@ const (
 )
 
 // Bases lists every decision_basis value.
-var Bases = []string{BasisOfferedDemand, BasisObservedPressure, BasisRecovery, BasisNoEngines}
+var Bases = []string{BasisOfferedDemand, BasisObservedPressure, BasisRecovery, BasisNoEngines, BasisUnprofiled}
 
 // Snapshot is a decision's frozen input: values only. Scores computed
 // from it do not change when live buckets, engines or profiles change.
@@ -574,6 +574,8 @@ func (s *Snapshot) prepare() {
 	switch {
 	case s.PrefillEngines+s.DecodeEngines == 0:
 		s.Basis = BasisNoEngines
+	case s.hasUnprofiled():
+		s.Basis = BasisUnprofiled
 	case !s.Incomplete:
 		s.Basis = BasisOfferedDemand
 	case s.QueuedPrefillS > 0 && s.PrefillEngines > 0:
@@ -582,7 +584,7 @@ func (s *Snapshot) prepare() {
 		s.Basis = BasisObservedPressure
 	}
 	s.obsP = s.ObservedPrefill.Mean
-	if s.Basis == BasisRecovery {
+	if s.Basis == BasisRecovery || s.Basis == BasisUnprofiled {
 		s.obsP = s.RecoveryRatio
 	}
 	s.obsD = s.ObservedDecode.Mean

@@ -115,6 +115,9 @@ type Engine struct {
 	LastMoveNs int64 `json:"last_move_ns"`
 	// TargetRole is the role it is moving to while draining or switching.
 	TargetRole Role `json:"target_role,omitempty"`
+	// TP is the engine's tensor-parallel degree (0 unknown: any profile
+	// of the model and GPU; the prior then assumes 1).
+	TP int `json:"tp,omitempty"`
 }
 
 // Move is one engine changing role.

@@ -31,6 +31,7 @@ var (
 
 type engineRec struct {
 	model, gpu string
+	tp         int
 	res        controller.Resident
 	capTokens  int64
 	live       bool
@@ -165,13 +166,13 @@ func (r *Registry) applyLocked(nowNs int64, rep *wire.Report) error {
 
 func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.EngineReport) {
 	rec := n.engines[e.ID]
-	if rec == nil || rec.model != e.Model || rec.gpu != e.GPU {
+	if rec == nil || rec.model != e.Model || rec.gpu != e.GPU || rec.tp != e.TP {
 		role := e.Role
 		if rec != nil || r.sinkKnows(e.ID) {
 			role = controller.RoleNone // the controller's role stands
 		}
 		err := r.sink.UpsertEngine(controller.Engine{
-			ID: e.ID, Node: node, Model: e.Model, GPU: e.GPU, Role: role,
+			ID: e.ID, Node: node, Model: e.Model, GPU: e.GPU, TP: e.TP, Role: role,
 			State: controller.StateServing, Live: e.Live,
 			KVCapacityTokens: e.KVCapacityTokens, Resident: e.Resident,
 		})
@@ -180,7 +181,7 @@ func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.Eng
 			r.log.Warn("upsert engine refused", "node", node, "engine", e.ID, "err", err)
 			return
 		}
-		rec = &engineRec{model: e.Model, gpu: e.GPU}
+		rec = &engineRec{model: e.Model, gpu: e.GPU, tp: e.TP}
 		n.engines[e.ID] = rec
 		r.owner[e.ID] = node
 	}
@@ -189,6 +190,20 @@ func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.Eng
 		r.log.Debug("kv limit disagreement", "node", node, "engine", e.ID, "detail", e.KVDisagreement)
 	}
 	r.update(e.ID, nowNs, rec)
+	if e.Latency != nil {
+		if ls, ok := r.sink.(LatencySink); ok {
+			if err := ls.ObserveLatency(e.ID, nowNs, *e.Latency); err != nil {
+				r.sinkErr.Inc()
+				r.log.Warn("latency interval refused", "engine", e.ID, "err", err)
+			}
+		}
+	}
+}
+
+// LatencySink is implemented by sinks that calibrate profiles from the
+// engines' latency intervals (*core.Core does).
+type LatencySink interface {
+	ObserveLatency(engineID string, nowNs int64, li controller.LatencyInterval) error
 }
 
 // engineLister is implemented by sinks that can list their engines

@@ -103,6 +103,12 @@ type EngineReport struct {
 	ScrapeError string `json:"scrape_error,omitempty"`
 	// ScrapedNs is when the metrics were read (agent clock, Unix ns).
 	ScrapedNs int64 `json:"scraped_ns"`
+	// TP is the engine's tensor-parallel degree; 0 unknown.
+	TP int `json:"tp,omitempty"`
+	// Latency is what the engine's own latency histograms and counters
+	// gained since the previous report (online profile calibration);
+	// nil when the engine exposes none or this is the first scrape.
+	Latency *controller.LatencyInterval `json:"latency,omitempty"`
 }
 
 // Liveness is an immediate event: an engine's process exited or its port
@@ -213,6 +219,14 @@ func (e *EngineReport) validate() error {
 	r := e.Resident
 	if r.DecodeSeqs < 0 || r.KVTokens < 0 {
 		return invalid("engine %q: resident decode_seqs %d, kv_tokens %d: must be >= 0", e.ID, r.DecodeSeqs, r.KVTokens)
+	}
+	if e.TP < 0 || e.TP > 1024 {
+		return invalid("engine %q: tp %d: must be 0..1024", e.ID, e.TP)
+	}
+	if e.Latency != nil {
+		if err := e.Latency.Validate(); err != nil {
+			return invalid("engine %q: latency: %v", e.ID, err)
+		}
 	}
 	for _, v := range [...]float64{r.QueuedPrefillS, r.RunningPrefillS} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {

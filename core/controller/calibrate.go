@@ -1,0 +1,489 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LatencyInterval is what one engine measured of its own latency over one
+// reporting interval: deltas of the engine's histograms and counters (the
+// agent reads them from vLLM or SGLang, the simulator from its engines).
+// The same struct travels in the agent's wire report (wire.EngineReport).
+//
+// Prefill: PrefillCount prefills took PrefillSeconds in all over
+// PrefillTokens prompt tokens, and PrefillTokensSq Σ L² of those prompts
+// (0 when unknown: then the mean prompt's square is used). Engines count
+// a prefill per request (vLLM's request_prefill_time, a prompt batched
+// with others counts the batch's time); the simulator per batch.
+//
+// Decode: DecodeCount timed decode steps (or output tokens, for
+// engines that time inter-token latency) took DecodeSeconds in all,
+// with DecodeBatch sequences running and DecodeCtxTokens context tokens
+// resident over the batch on average.
+type LatencyInterval struct {
+	IntervalS       float64 `json:"interval_s"`
+	PrefillCount    float64 `json:"prefill_count"`
+	PrefillSeconds  float64 `json:"prefill_seconds"`
+	PrefillTokens   float64 `json:"prefill_tokens"`
+	PrefillTokensSq float64 `json:"prefill_tokens_sq,omitempty"`
+	DecodeCount     float64 `json:"decode_count"`
+	DecodeSeconds   float64 `json:"decode_seconds"`
+	DecodeBatch     float64 `json:"decode_batch"`
+	DecodeCtxTokens float64 `json:"decode_ctx_tokens"`
+}
+
+// ErrInvalidLatency is wrapped by errors about a LatencyInterval.
+var ErrInvalidLatency = errors.New("invalid latency interval")
+
+// Validate checks that every figure is finite and non-negative.
+func (li *LatencyInterval) Validate() error {
+	for _, f := range [...]struct {
+		n string
+		v float64
+	}{{"interval_s", li.IntervalS}, {"prefill_count", li.PrefillCount}, {"prefill_seconds", li.PrefillSeconds},
+		{"prefill_tokens", li.PrefillTokens}, {"prefill_tokens_sq", li.PrefillTokensSq}, {"decode_count", li.DecodeCount},
+		{"decode_seconds", li.DecodeSeconds}, {"decode_batch", li.DecodeBatch}, {"decode_ctx_tokens", li.DecodeCtxTokens}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 0) || f.v > 1e15 {
+			return fmt.Errorf("%w: %s %v: must be finite and >= 0", ErrInvalidLatency, f.n, f.v)
+		}
+	}
+	return nil
+}
+
+// ProfileCalibration is what online calibration has learned for one
+// profile: multipliers of the starting profile's coefficients (prefill
+// a, b, c; decode a, per_seq, per_ctx_token), the intervals used, and
+// the mean relative error of the prediction made before each interval
+// was learned (exponentially weighted, α 0.1).
+type ProfileCalibration struct {
+	PrefillScale    [3]float64 `json:"prefill_scale"`
+	DecodeScale     [3]float64 `json:"decode_scale"`
+	PrefillSamples  int64      `json:"prefill_samples"`
+	DecodeSamples   int64      `json:"decode_samples"`
+	PrefillFitError float64    `json:"prefill_fit_error"`
+	DecodeFitError  float64    `json:"decode_fit_error"`
+}
+
+// Online calibration. Each (model, GPU, TP) profile is refitted from the
+// engines' intervals as three multipliers per phase of the starting
+// profile's terms (prefill: a, b·L, c·L²; decode: a, per_seq·batch,
+// per_ctx·ctx), by weighted least squares on relative error with
+// exponential forgetting (time constant calibTauNs on the reporting
+// clock, whatever the number of engines), in two stages: a common level
+// (one multiplier of all terms, a ridge toward 1 as much as calibRidge
+// average intervals), then each term's multiplier pulled toward that
+// level (calibShapeRidge average intervals per term). A stale profile
+// of the right shape is rescaled at once; a prior of the wrong shape is
+// reshaped where the intervals span enough of the inputs. Bounded memory
+// (a 3×3 system per phase), the starting profile's shape where the
+// intervals do not reach, and robustness to the engines' coarse
+// histogram buckets, because only their exact sums and counts are used.
+// Multipliers stay within [calibMin, calibMax]; an interval whose mean
+// is more than calibOutlier× off the current prediction is dropped.
+const (
+	calibTauNs = int64(120e9)
+	calibRidge = 2.0
+	// calibShapeRidge: the per-term pull toward the common level.
+	calibShapeRidge = 3.0
+	calibMin        = 0.2
+	calibMax        = 5.0
+	calibOutlier    = 10.0
+	calibErrEW      = 0.1
+)
+
+// rls is one phase's running system: Σ w·φφᵀ, Σ w·φ·y and the number
+// of intervals n, all decayed with time.
+type rls struct {
+	m      [3][3]float64
+	v      [3]float64
+	n      float64
+	lastNs int64
+	theta  [3]float64
+}
+
+func (r *rls) init() { r.theta = [3]float64{1, 1, 1} }
+
+func (r *rls) predict(phi [3]float64) float64 {
+	return r.theta[0]*phi[0] + r.theta[1]*phi[1] + r.theta[2]*phi[2]
+}
+
+// add learns y ≈ θ·φ at nowNs with relative weight and re-solves θ.
+func (r *rls) add(nowNs int64, phi [3]float64, y float64) {
+	if r.lastNs != 0 && nowNs > r.lastNs {
+		k := math.Exp(-float64(nowNs-r.lastNs) / float64(calibTauNs))
+		for i := 0; i < 3; i++ {
+			for j := 0; j < 3; j++ {
+				r.m[i][j] *= k
+			}
+			r.v[i] *= k
+		}
+		r.n *= k
+	}
+	r.lastNs = max(r.lastNs, nowNs)
+	w := 1 / (y * y)
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			r.m[i][j] += w * phi[i] * phi[j]
+		}
+		r.v[i] += w * phi[i] * y
+	}
+	r.n++
+	// The common level first: one multiplier s of all terms, with a
+	// ridge toward 1 of calibRidge average intervals.
+	var num, den float64
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			den += r.m[i][j]
+		}
+		num += r.v[i]
+	}
+	dd := calibRidge * max(den/r.n, 1e-12)
+	lvl := max(calibMin, min(calibMax, (num+dd)/(den+dd)))
+	// Then the shape: each term's multiplier, pulled toward the common
+	// level with calibShapeRidge average intervals per term, so that the
+	// starting profile's shape changes only where the intervals span
+	// enough of batch, context and prompt length to say so.
+	var a [3][4]float64
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			a[i][j] = r.m[i][j]
+		}
+		d := calibShapeRidge * max(r.m[i][i]/r.n, 1e-12)
+		a[i][i] += d
+		a[i][3] = r.v[i] + d*lvl
+	}
+	sol, ok := solve3(a)
+	if !ok {
+		r.theta = [3]float64{lvl, lvl, lvl}
+		return
+	}
+	for i := range sol {
+		if math.IsNaN(sol[i]) || math.IsInf(sol[i], 0) {
+			r.theta = [3]float64{lvl, lvl, lvl}
+			return
+		}
+	}
+	for i := range sol {
+		r.theta[i] = max(calibMin, min(calibMax, sol[i]))
+	}
+}
+
+// calibState is a profile's calibration: the starting profile and both
+// phases' systems.
+type calibState struct {
+	base     Profile
+	pre, dec rls
+	stats    ProfileCalibration
+}
+
+func newCalib(p Profile) *calibState {
+	c := &calibState{base: p}
+	c.pre.init()
+	c.dec.init()
+	c.stats.PrefillScale, c.stats.DecodeScale = c.pre.theta, c.dec.theta
+	return c
+}
+
+// observe learns one interval and returns the recalibrated profile.
+func (cs *calibState) observe(nowNs int64, li *LatencyInterval) Profile {
+	b := &cs.base
+	if b.HasPrefill && li.PrefillCount >= 1 && li.PrefillSeconds > 0 && li.PrefillTokens > 0 {
+		n := li.PrefillCount
+		x := li.PrefillTokens / n
+		x2 := li.PrefillTokensSq / n
+		if li.PrefillTokensSq == 0 { // unknown: the mean prompt's square (a lower bound)
+			x2 = x * x
+		}
+		phi := [3]float64{b.Prefill.A, b.Prefill.B * x, b.Prefill.C * x2}
+		y := li.PrefillSeconds / n
+		if pred := cs.pre.predict(phi); pred > 0 && y < calibOutlier*pred && y*calibOutlier > pred {
+			e := math.Abs(pred-y) / y
+			if cs.stats.PrefillSamples == 0 {
+				cs.stats.PrefillFitError = e
+			} else {
+				cs.stats.PrefillFitError += calibErrEW * (e - cs.stats.PrefillFitError)
+			}
+			cs.pre.add(nowNs, phi, y)
+			cs.stats.PrefillSamples++
+		}
+	}
+	if b.HasDecode && li.DecodeCount >= 1 && li.DecodeSeconds > 0 && li.DecodeBatch > 0 {
+		phi := [3]float64{b.Decode.A, b.Decode.PerSeq * li.DecodeBatch, b.Decode.PerCtxToken * li.DecodeCtxTokens}
+		y := li.DecodeSeconds / li.DecodeCount
+		if pred := cs.dec.predict(phi); pred > 0 && y < calibOutlier*pred && y*calibOutlier > pred {
+			e := math.Abs(pred-y) / y
+			if cs.stats.DecodeSamples == 0 {
+				cs.stats.DecodeFitError = e
+			} else {
+				cs.stats.DecodeFitError += calibErrEW * (e - cs.stats.DecodeFitError)
+			}
+			cs.dec.add(nowNs, phi, y)
+			cs.stats.DecodeSamples++
+		}
+	}
+	cs.stats.PrefillScale, cs.stats.DecodeScale = cs.pre.theta, cs.dec.theta
+	p := *b
+	p.Prefill.A, p.Prefill.B, p.Prefill.C = b.Prefill.A*cs.pre.theta[0], b.Prefill.B*cs.pre.theta[1], b.Prefill.C*cs.pre.theta[2]
+	p.Decode.A, p.Decode.PerSeq, p.Decode.PerCtxToken = b.Decode.A*cs.dec.theta[0], b.Decode.PerSeq*cs.dec.theta[1], b.Decode.PerCtxToken*cs.dec.theta[2]
+	p.Calibration = &ProfileCalibration{}
+	*p.Calibration = cs.stats
+	return p
+}
+
+// ObserveLatency learns one engine's latency interval into the profile
+// that prices the engine (online calibration); an engine without a
+// profile, or a controller built WithCalibration(false), learns nothing.
+// The next step's snapshot uses the recalibrated coefficients.
+func (c *Controller) ObserveLatency(engineID string, nowNs int64, li LatencyInterval) error {
+	if err := li.Validate(); err != nil {
+		return fmt.Errorf("engine %s: %w", engineID, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.index[engineID]
+	if !ok {
+		return fmt.Errorf("%w: unknown engine %q", ErrInvalidEngine, engineID)
+	}
+	pi := c.profIdx[i]
+	if pi < 0 || c.noCalib {
+		return nil
+	}
+	if c.calib == nil {
+		c.calib = map[int]*calibState{}
+	}
+	cs := c.calib[pi]
+	if cs == nil {
+		cs = newCalib(c.profiles.Profiles[pi])
+		c.calib[pi] = cs
+	}
+	c.profiles.Profiles[pi] = cs.observe(nowNs, &li)
+	return nil
+}
+
+// WithCalibration switches online calibration on (the default) or off.
+func WithCalibration(on bool) Option { return func(c *Controller) { c.noCalib = !on } }
+
+// Resolver builds a profile for an engine whose (model, GPU) no profile
+// in the set covers (package profile's geometry prior); ok false when it
+// cannot.
+type Resolver func(model, gpu string, tp int) (p Profile, ok bool)
+
+// WithResolver sets the resolver UpsertEngine asks for a (model, GPU, TP)
+// the profile set lacks; the profile it returns joins the controller's
+// set (at most maxResolved of them).
+func WithResolver(r Resolver) Option { return func(c *Controller) { c.resolve = r } }
+
+// maxResolved bounds the profiles a resolver may add.
+const maxResolved = 256
+
+// lookupEngine returns the profile index for an engine, asking the
+// resolver when the set has none (caller holds mu); -1 when none.
+func (c *Controller) lookupEngine(e *Engine) int {
+	if pi, ok := c.profiles.LookupTP(e.Model, e.GPU, e.TP); ok {
+		return pi
+	}
+	key := e.Model + "\x00" + e.GPU + "\x00" + fmt.Sprint(e.TP)
+	if c.unresolved[key] || c.resolve == nil || c.resolved >= maxResolved || e.Model == "" || e.GPU == "" {
+		return -1
+	}
+	p, ok := c.resolve(e.Model, e.GPU, e.TP)
+	if !ok || (!p.HasPrefill && !p.HasDecode) {
+		if c.unresolved == nil {
+			c.unresolved = map[string]bool{}
+		}
+		if len(c.unresolved) < maxResolved {
+			c.unresolved[key] = true
+		}
+		return -1
+	}
+	p.Model, p.GPU = e.Model, e.GPU
+	p.TP = max(e.TP, 1)
+	c.resolved++
+	c.profiles.Profiles = append(c.profiles.Profiles, p)
+	return len(c.profiles.Profiles) - 1
+}
+
+// LookupTP is Lookup preferring a profile of tensor-parallel degree tp
+// (0: any) among those matching model and GPU.
+func (s *ProfileSet) LookupTP(model, gpu string, tp int) (int, bool) {
+	first, ok := s.Lookup(model, gpu)
+	if !ok || tp <= 0 || s.Profiles[first].TP == tp || s.Profiles[first].TP == 0 {
+		return first, ok
+	}
+	m, g := normModel(model), normGPU(gpu)
+	for i := range s.Profiles {
+		p := &s.Profiles[i]
+		if p.TP == tp && normGPU(p.GPU) == g && (normModel(p.Model) == m || slices.ContainsFunc(p.Aliases, func(a string) bool { return normModel(a) == m })) {
+			return i, true
+		}
+	}
+	// A prior for another TP does not price this engine.
+	if s.Profiles[first].Origin == OriginPrior {
+		return -1, false
+	}
+	return first, true
+}
+
+// ProfileUse names a profile that priced a decision: its key, origin,
+// source, and calibration state.
+type ProfileUse struct {
+	Model   string `json:"model"`
+	GPU     string `json:"gpu"`
+	TP      int    `json:"tp"`
+	Origin  string `json:"origin"`
+	Source  string `json:"source"`
+	Engines int    `json:"engines"`
+	// Calibrated: online calibration has learned at least one interval;
+	// FitError is the larger phase's mean relative error then.
+	Calibrated bool    `json:"calibrated"`
+	FitError   float64 `json:"fit_error"`
+}
+
+// profileUses lists the profiles pricing the live serving engines of the
+// frozen snapshot, and the models that have none (caller holds mu).
+func (c *Controller) profileUses() (uses []ProfileUse, missing []string) {
+	s := &c.snap
+	for i := range s.Engines {
+		e := &s.Engines[i]
+		if !e.serving() {
+			continue
+		}
+		if !e.HasProfile {
+			m := c.engines[i].Model + " on " + c.engines[i].GPU
+			if !slices.Contains(missing, m) {
+				missing = append(missing, m)
+			}
+			continue
+		}
+		p := &s.Profiles[e.Profile]
+		found := false
+		for j := range uses {
+			if uses[j].Model == p.Model && uses[j].GPU == p.GPU && uses[j].TP == p.TP {
+				uses[j].Engines++
+				found = true
+			}
+		}
+		if found {
+			continue
+		}
+		u := ProfileUse{Model: p.Model, GPU: p.GPU, TP: p.TP, Origin: p.Origin, Source: p.Source, Engines: 1}
+		if cal := p.Calibration; cal != nil && cal.PrefillSamples+cal.DecodeSamples > 0 {
+			u.Calibrated = true
+			u.FitError = roundJ(max(cal.PrefillFitError, cal.DecodeFitError))
+		}
+		uses = append(uses, u)
+	}
+	slices.Sort(missing)
+	return uses, missing
+}
+
+// Unprofiled returns "model on GPU" for every engine whose (model, GPU,
+// TP) has no profile, sorted (for /readyz and the metrics).
+func (c *Controller) Unprofiled() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for i := range c.engines {
+		if c.profIdx[i] < 0 {
+			m := c.engines[i].Model + " on " + c.engines[i].GPU
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Profiles returns a copy of the controller's current profiles (with
+// calibration applied).
+func (c *Controller) Profiles() []Profile {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(c.profiles.Profiles)
+	for i := range out {
+		if out[i].Calibration != nil {
+			cal := *out[i].Calibration
+			out[i].Calibration = &cal
+		}
+	}
+	return out
+}
+
+// profileCollector exports narwhal_profile_* at scrape time.
+type profileCollector struct {
+	c                                  *Controller
+	coef, samples, fitErr, missing, in *prometheus.Desc
+}
+
+// ProfileCollector returns the narwhal_profile_* collector: coefficients
+// in use, calibration intervals and fit error per profile, and the
+// models without a profile.
+func (c *Controller) ProfileCollector() prometheus.Collector {
+	lbl := []string{"model", "gpu", "tp", "origin"}
+	return &profileCollector{c: c,
+		coef:    prometheus.NewDesc("narwhal_profile_coefficient_seconds", "Profile coefficient in use (prefill a, b per token, c per token²; decode a, per_seq, per_ctx_token), with calibration applied.", append(lbl, "phase", "term"), nil),
+		samples: prometheus.NewDesc("narwhal_profile_calibration_samples_total", "Latency intervals learned by online calibration, per phase.", append(lbl, "phase"), nil),
+		fitErr:  prometheus.NewDesc("narwhal_profile_fit_error_ratio", "Mean relative error of the profile's prediction before each learned interval (exponentially weighted), per phase.", append(lbl, "phase"), nil),
+		missing: prometheus.NewDesc("narwhal_profile_missing", "1 for every model on a GPU kind the controller has no profile for (its engines move on observed pressure only).", []string{"model", "gpu"}, nil),
+		in:      prometheus.NewDesc("narwhal_profile_engines", "Engines priced by each profile.", lbl, nil),
+	}
+}
+
+func (pc *profileCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pc.coef
+	ch <- pc.samples
+	ch <- pc.fitErr
+	ch <- pc.missing
+	ch <- pc.in
+}
+
+func (pc *profileCollector) Collect(ch chan<- prometheus.Metric) {
+	c := pc.c
+	c.mu.Lock()
+	profs := slices.Clone(c.profiles.Profiles)
+	count := make([]int, len(profs))
+	type mg struct{ m, g string }
+	var missing []mg
+	for i := range c.engines {
+		if pi := c.profIdx[i]; pi >= 0 {
+			count[pi]++
+		} else if k := (mg{c.engines[i].Model, c.engines[i].GPU}); !slices.Contains(missing, k) {
+			missing = append(missing, k)
+		}
+	}
+	c.mu.Unlock()
+	for i := range profs {
+		p := &profs[i]
+		l := []string{p.Model, p.GPU, fmt.Sprint(p.TP), p.Origin}
+		ch <- prometheus.MustNewConstMetric(pc.in, prometheus.GaugeValue, float64(count[i]), l...)
+		if count[i] == 0 {
+			continue
+		}
+		if p.HasPrefill {
+			for t, v := range map[string]float64{"a": p.Prefill.A, "b": p.Prefill.B, "c": p.Prefill.C} {
+				ch <- prometheus.MustNewConstMetric(pc.coef, prometheus.GaugeValue, v, append(l, "prefill", t)...)
+			}
+		}
+		if p.HasDecode {
+			for t, v := range map[string]float64{"a": p.Decode.A, "per_seq": p.Decode.PerSeq, "per_ctx_token": p.Decode.PerCtxToken} {
+				ch <- prometheus.MustNewConstMetric(pc.coef, prometheus.GaugeValue, v, append(l, "decode", t)...)
+			}
+		}
+		var cal ProfileCalibration
+		if p.Calibration != nil {
+			cal = *p.Calibration
+		}
+		ch <- prometheus.MustNewConstMetric(pc.samples, prometheus.CounterValue, float64(cal.PrefillSamples), append(l, "prefill")...)
+		ch <- prometheus.MustNewConstMetric(pc.samples, prometheus.CounterValue, float64(cal.DecodeSamples), append(l, "decode")...)
+		ch <- prometheus.MustNewConstMetric(pc.fitErr, prometheus.GaugeValue, cal.PrefillFitError, append(l, "prefill")...)
+		ch <- prometheus.MustNewConstMetric(pc.fitErr, prometheus.GaugeValue, cal.DecodeFitError, append(l, "decode")...)
+	}
+	for _, k := range missing {
+		ch <- prometheus.MustNewConstMetric(pc.missing, prometheus.GaugeValue, 1, k.m, k.g)
+	}
+}

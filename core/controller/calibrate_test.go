@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// truthEngine is a latency model the calibration must recover: prefill
+// batches a + b·ΣL + c·ΣL², decode steps a + s·batch + k·ctx.
+type truthEngine struct{ pa, pb, pc, da, ds, dk float64 }
+
+func (t truthEngine) interval(r *rand.Rand) LatencyInterval {
+	var li LatencyInterval
+	li.IntervalS = 1
+	for i := 0; i < 1+r.IntN(4); i++ { // prefill batches
+		var sl, sl2 float64
+		for j := 0; j < 1+r.IntN(3); j++ {
+			l := float64(64 + r.IntN(4000))
+			sl += l
+			sl2 += l * l
+		}
+		li.PrefillCount++
+		li.PrefillSeconds += t.pa + t.pb*sl + t.pc*sl2
+		li.PrefillTokens += sl
+		li.PrefillTokensSq += sl2
+	}
+	var bs, cs float64
+	for i := 0; i < 10+r.IntN(20); i++ { // decode steps
+		b := float64(1 + r.IntN(128))
+		c := b * float64(200+r.IntN(3000))
+		li.DecodeCount++
+		li.DecodeSeconds += t.da + t.ds*b + t.dk*c
+		bs += b
+		cs += c
+	}
+	li.DecodeBatch, li.DecodeCtxTokens = bs/li.DecodeCount, cs/li.DecodeCount
+	return li
+}
+
+func calibController(t *testing.T, start Profile, opts ...Option) *Controller {
+	t.Helper()
+	set, err := NewProfileSet(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(DefaultConfig(), testTiming(), set, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpsertEngine(Engine{ID: "e1", Model: start.Model, GPU: start.GPU, Role: RolePrefill, Live: true}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func startProfile(t truthEngine, scale float64) Profile {
+	return Profile{Model: "m", GPU: "g", TP: 1, Origin: OriginPrior, HasPrefill: true, HasDecode: true,
+		Prefill: PrefillFit{A: t.pa * scale, B: t.pb * scale, C: t.pc * scale, MaxInput: 1 << 20},
+		Decode:  DecodeFit{A: t.da * scale, PerSeq: t.ds * scale, PerCtxToken: t.dk * scale, MaxCtxPerSeq: 1 << 20}}
+}
+
+func relErr(got, want float64) float64 { return math.Abs(got-want) / want }
+
+// Started from the truth, calibration keeps it: the intervals' exact sums
+// say nothing else.
+func TestCalibrationKeepsAnExactProfile(t *testing.T) {
+	truth := truthEngine{0.025, 1.07e-4, 3.4e-9, 0.022, 1.0e-4, 2.5e-7}
+	c := calibController(t, startProfile(truth, 1))
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 1; i <= 300; i++ {
+		if err := c.ObserveLatency("e1", int64(i)*1e9, truth.interval(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := c.Profiles()[0]
+	for i, s := range p.Calibration.PrefillScale {
+		if relErr(s, 1) > 1e-6 {
+			t.Errorf("prefill scale %d = %v; want 1", i, s)
+		}
+	}
+	for i, s := range p.Calibration.DecodeScale {
+		if relErr(s, 1) > 1e-6 {
+			t.Errorf("decode scale %d = %v; want 1", i, s)
+		}
+	}
+}
