@@ -133,10 +133,11 @@ func TestStateShowsLifecycle(t *testing.T) {
 		c.FirstToken(now+50e6, now)                          // TTFT 0.05 s: met
 		c.Completed(now+50e6+63*50e6, now, now+50e6, 64, 64) // TPOT 0.05 s: met
 	}
-	c.OfferStarted(now) // one body still being read
+	c.OfferStarted(now)
 	c.OfferStarted(now)
 	c.OfferAbandoned(now)
-	c.Refused(now)
+	c.Refused(now)      // a refused request ends a pending offer too
+	c.OfferStarted(now) // one body still being read
 	d := c.Step(now + 5*sec)
 	st := c.State(now + 5*sec)
 	if st.DemandHistory.Arrivals.Observations != 30 || st.DemandHistory.Unsized.Pending != 1 || st.DemandHistory.Unsized.Observations != 1 {

@@ -41,6 +41,10 @@ const (
 // Kube.CoreOptions) are applied last.
 func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*core.Core, error) {
 	opts := []core.Option{core.WithLogger(logger)}
+	cfg.Core.PendingTimeoutS = cfg.Events.PendingTimeoutS
+	if cfg.Core.PendingTimeoutS == 0 {
+		cfg.Core.PendingTimeoutS = cfg.HTTP.ReadTimeoutS
+	}
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return nil, fmt.Errorf("service: data_dir: %w", err)

@@ -15,6 +15,26 @@ type HistoryReader interface {
 	Evidence(cutoffNs, toNs int64) buckets.Evidence
 }
 
+// OverflowReader is implemented by outputs readers that tell cheaply
+// whether any retained bucket holds overflow observations
+// (*buckets.History does); other readers are asked through Window over
+// everything they retain.
+type OverflowReader interface {
+	HasOverflow() bool
+}
+
+// retainedOverflow reports whether the outputs history r retains overflow
+// observations anywhere (not only in the window the discount is learned
+// from). scratch is a reusable cell buffer.
+func retainedOverflow(r HistoryReader, scratch *[]buckets.Cell) bool {
+	if o, ok := r.(OverflowReader); ok {
+		return o.HasOverflow()
+	}
+	var w buckets.Window
+	*scratch, w = r.Window(0, math.MaxInt64, (*scratch)[:0])
+	return w.Overflow.Count > 0
+}
+
 // PhaseObservation is observed latency pressure of one phase over the
 // short horizon: count, mean and max of latency / SLO.
 type PhaseObservation struct {
@@ -71,8 +91,9 @@ type HorizonDemand struct {
 // tokens. It is built once per step from the outputs history and used for
 // both horizons.
 type OutputEstimate struct {
-	// Learned is false while the outputs history holds overflow (or has no
-	// observations); then Discount is 1 and UnboundedMean the configured
+	// Learned is false while any retained bucket of the outputs history
+	// holds overflow (until those observations expire) or the last window
+	// has no observations; then Discount is 1 and UnboundedMean the configured
 	// default.
 	Learned bool `json:"learned"`
 	// Reason says why learning is off: OutputsOverflow or
