@@ -23,9 +23,9 @@ type fakeHistory struct {
 	// retainedOverflow: overflow retained outside the windows read (the
 	// window's own overflow counts as retained too).
 	retainedOverflow bool
-	ev           buckets.Evidence
-	windows      int
-	lastCut      int64
+	ev               buckets.Evidence
+	windows          int
+	lastCut          int64
 }
 
 func (f *fakeHistory) Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.Cell, buckets.Window) {
