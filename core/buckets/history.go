@@ -266,24 +266,25 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 }
 
 // add places one observation of s into the bucket at slot (tag), in its
-// exact cell or the overflow cohort. false: the slot was reused by a newer
-// epoch before anything was counted.
-func (h *History) add(slot int, tag uint64, s Shape) bool {
+// exact cell or the overflow cohort, and returns the cell (-1: overflow).
+// ok false: the slot was reused by a newer epoch before anything was
+// counted.
+func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
 	sh := &h.shared[slot]
 	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
 	i, ok := h.cell(sh, tag, s, true)
 	if i >= 0 {
-		return h.bump(&b.cells[i], tag)
+		return i, h.bump(&b.cells[i], tag)
 	}
 	if !ok || !h.bump(&b.overflow, tag) {
-		return false
+		return -1, false
 	}
 	raiseMax(&sh.maxIn, tag, uint64(s.Input))
 	raiseMax(&sh.maxOut, tag, uint64(s.Output))
 	if s.Output == 0 {
 		addMeta(&sh.meta, tag, 1, metaZeroSeen)
 	}
-	return true
+	return -1, true
 }
 
 // bump adds one to the sized counter w for tag: one CAS when w already
@@ -474,8 +475,9 @@ func (h *History) RecordUnsized(tsNs int64) bool {
 // the bucket is gone (expired or never recorded), a shape is invalid, or no
 // observation of from is counted there. Moving the last observation that
 // defined the overflow cohort's maximum input, maximum output, or its zero
-// requested output out of the cohort invalidates the bucket's boundary
-// evidence (the maxima stay, conservatively, until the bucket expires).
+// requested output out of the cohort (into an exact cell) invalidates the
+// bucket's boundary evidence (the maxima stay, conservatively, until the
+// bucket expires); a move that stays inside the overflow cohort does not.
 func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 	if arrivalNs < 0 || !validShape(from) || !validShape(to) {
 		return false
@@ -504,7 +506,20 @@ func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 	if !taken {
 		return false
 	}
-	if i < 0 {
+	j, ok := h.add(slot, tag, to)
+	if i < 0 && j < 0 && ok {
+		// it stays in the overflow cohort: no boundary observation left
+		// the cohort, so the boundary stands (its maxima only rise; a
+		// maximum that lost its last observation stays, conservatively)
+		if from.Output == 0 {
+			subZero(&sh.meta, tag)
+		}
+		lowerAtMax(&sh.maxIn, tag, uint64(from.Input))
+		lowerAtMax(&sh.maxOut, tag, uint64(from.Output))
+	} else if i < 0 {
+		// moved out of the cohort (or out with its bucket): losing the
+		// last observation at a maximum or the last zero-output one
+		// invalidates the bucket's boundary evidence
 		invalid := lowerAtMax(&sh.maxIn, tag, uint64(from.Input))
 		if lowerAtMax(&sh.maxOut, tag, uint64(from.Output)) {
 			invalid = true
@@ -516,7 +531,7 @@ func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 			addMeta(&sh.meta, tag, 0, metaInvalid)
 		}
 	}
-	if !h.add(slot, tag, to) {
+	if !ok {
 		// the bucket was reused while we moved the observation: it
 		// left with its bucket
 		h.expSized.Add(1)

@@ -579,7 +579,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		IncompleteReason: s.IncompleteReason, Short: s.Short.rounded(), Long: s.Long.rounded(),
 		Outputs: s.Out, DecodeCorrection: roundJ(s.DecodeCorrection), DecodeLoadCorrection: roundJ(s.DecodeLoadCorrection),
 		KVCorrection: roundJ(s.KVCorrection), OutputScale: roundJ(s.OutputScale), ObservedPrefill: s.ObservedPrefill.rounded(), ObservedDecode: s.ObservedDecode.rounded(),
-		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), EstimateBuild: s.EstimateBuild,
+		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), PendingOutputTokens: roundJ(s.PendingOutputTokens), EstimateBuild: s.EstimateBuild,
 	}
 	d.Snapshot.Outputs.Discount, d.Snapshot.Outputs.UnboundedMean = roundJ(s.Out.Discount), roundJ(s.Out.UnboundedMean)
 	d.RecoveryPrefillRatio = roundJ(s.RecoveryRatio)
