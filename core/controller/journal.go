@@ -84,7 +84,7 @@ type SnapshotSummary struct {
 	// PendingOutputTokens: the snapshot's pending output estimate (see
 	// Snapshot.PendingOutputTokens).
 	PendingOutputTokens float64 `json:"pending_output_tokens"`
-	EstimateBuild        uint64           `json:"estimate_build"`
+	EstimateBuild       uint64  `json:"estimate_build"`
 }
 
 // Decision is one controller step: the journal record. Every float in it
