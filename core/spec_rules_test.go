@@ -106,8 +106,8 @@ func TestSpecAttainmentBucketsByMonitorInterval(t *testing.T) {
 }
 
 func TestSpecAttainmentCountsTTFTMetTPOTMetAndTotalForEveryOutcome(t *testing.T) {
-	c := newCore(t) // TTFT SLO 0.25 s, TPOT SLO 0.1 s
-	must(t, c.Completed(at(2), at(0), at(0.1), 11, 11))  // TTFT met, TPOT 0.19: missed
+	c := newCore(t)                                       // TTFT SLO 0.25 s, TPOT SLO 0.1 s
+	must(t, c.Completed(at(2), at(0), at(0.1), 11, 11))   // TTFT met, TPOT 0.19: missed
 	must(t, c.Completed(at(1.5), at(0), at(0.5), 11, 11)) // TTFT missed, TPOT 0.1: met
 	must(t, c.Failed(at(1), at(0), at(0.2)))              // TTFT met
 	must(t, c.Failed(at(1), at(0), 0))
