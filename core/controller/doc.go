@@ -106,7 +106,10 @@
 // (learned discount actual/requested, and the mean output of requests
 // without a requested output) is built from the outputs history once per step and used for
 // both horizons; it is switched off (discount 1, default_output_tokens)
-// while the outputs window holds overflow.
+// while any retained bucket of the outputs history holds overflow, i.e.
+// until those observations expire (they expire only as newer completions
+// are recorded, so a stopped loop, a restart and a new leader reading the
+// same history agree).
 //
 // # decision_basis (closed set)
 //
