@@ -50,6 +50,9 @@ func fillExactOut(t *testing.T, c *Core, ts, out int64) []buckets.Shape {
 	var used [buckets.ExactCells]bool
 	var shapes []buckets.Shape
 	for i := 0; len(shapes) < buckets.ExactCells; i++ {
+		if i > 1e5 {
+			t.Fatalf("cannot fill %d exact cells (%d filled)", buckets.ExactCells, len(shapes))
+		}
 		s := buckets.Shape{Input: int64(1 + i), Output: out}
 		home := buckets.ProbeStart(s)
 		for j := 0; j < buckets.ProbeWindow; j++ {
@@ -71,6 +74,9 @@ func fillOutputs(t *testing.T, c *Core, ts int64) {
 	var used [buckets.ExactCells]bool
 	n := 0
 	for i := 0; n < buckets.ExactCells; i++ {
+		if i > 1e5 {
+			t.Fatalf("cannot fill %d exact output cells (%d filled)", buckets.ExactCells, n)
+		}
 		s := buckets.Shape{Input: 1000, Output: int64(2 + i)}
 		home := buckets.ProbeStart(s)
 		for j := 0; j < buckets.ProbeWindow; j++ {
@@ -351,7 +357,7 @@ func TestRejectedBeforeTokenizationKeepsEstimate(t *testing.T) {
 	must(t, c.Tokenized(at(1), 300, 280, 32))
 	must(t, c.Admitted(at(1.2), "e0", 280, 32))
 	d := c.Step(at(2))
-	if d.Snapshot.Long.Requests != 2 || d.Snapshot.Long.MeanInput != 265 || d.Snapshot.Long.MaxInput != 280 {
+	if d.Snapshot.Long.Requests != 2 || d.Snapshot.Long.MeanInput != 265 || d.Snapshot.Long.MaxInput != 280 || d.Snapshot.Long.Unsized != 0 {
 		t.Fatalf("long %+v; want 2 requests, the kept estimate 250 and the repriced 280", d.Snapshot.Long)
 	}
 	if got := attTotal(c).ByOutcome[buckets.OutcomeRefused].Total; got != 1 {
@@ -367,8 +373,11 @@ func TestSpecRepriceIntoAnotherCohortInvalidatesBoundaryEvidence(t *testing.T) {
 	must(t, c.OfferSized(at(5.5), 100, 0))                // overflows, zero output
 	other := buckets.Shape{Input: 8000, Output: 50}
 	must(t, c.OfferSized(at(5.5), other.Input, other.Output))
-	// inside the cohort: no boundary observation left it
+	// inside the cohort: no boundary observation left it, not even the
+	// one at the maximum input
 	must(t, c.Tokenized(at(5.5), 100, 101, 0))
+	must(t, c.Tokenized(at(5.5), big.Input, 8500, big.Output))
+	must(t, c.Tokenized(at(5.5), 8500, big.Input, big.Output))
 	if ev := c.Demand().Arrivals.Evidence(at(5), at(6)); ev.SkippedInvalid != 0 || ev.Buckets != 1 {
 		t.Fatalf("a reprice inside the overflow cohort invalidated evidence: %+v", ev)
 	}
@@ -495,6 +504,16 @@ func TestSpecOverflowKeepsEveryCountAndIsPricedAtItsLargestInputAndOutput(t *tes
 	if l.Requests != n || l.Overflow != 3 || l.MaxInput != 9000 {
 		t.Fatalf("long %+v; want %v requests, 3 overflow, max input 9000", l, n)
 	}
+	defer func() {
+		// a second bucket's cohort: the window merges both, every count
+		fillExact(t, c, at(1.5))
+		must(t, c.OfferSized(at(1.5), 6000, 10))
+		must(t, c.OfferSized(at(1.5), 6000, 10))
+		l := c.Controller().Snapshot(at(2), c.inputs(at(2))).Long
+		if l.Overflow != 5 || l.MaxInput != 9000 || l.Requests != 2*float64(len(shapes))+5 {
+			t.Fatalf("two buckets: %+v; want 5 overflow, max input 9000", l)
+		}
+	}()
 	if math.Abs(l.MeanInput-sum/n) > 1e-9 || math.Abs(l.MeanInputSq-sumSq/n) > 1e-6 {
 		t.Fatalf("mean input %v (sq %v); want %v (%v): the cohort priced at its largest input", l.MeanInput, l.MeanInputSq, sum/n, sumSq/n)
 	}
@@ -754,14 +773,15 @@ func TestSpecFrozenSnapshotIsNotChangedByLiveState(t *testing.T) {
 	}
 	must(t, c.UpdateEngine("e2", at(60), controller.Resident{DecodeSeqs: 50, KVTokens: 60000}, 66144, true))
 	steadyLoad(t, c, 59, 60, 50, 4000, 50, 0, 0)
+	c.Step(at(60)) // the controller freezes again
+	if fresh := c.Controller().Snapshot(at(60), c.inputs(at(60))).Split(0); fresh == before {
+		t.Fatal("BUG: the live changes do not change a fresh score")
+	}
 	if after := snap.Split(0); after != before {
 		t.Fatalf("score changed with live state:\n%+v\n%+v", before, after)
 	}
 	if p := snap.Profiles[snap.Engines[0].Profile]; p.Prefill != pBefore.Prefill || p.Decode != pBefore.Decode {
 		t.Fatal("the snapshot's profiles alias the live profile set")
-	}
-	if fresh := c.Controller().Snapshot(at(60), c.inputs(at(60))).Split(0); fresh == before {
-		t.Fatal("BUG: the live changes do not change a fresh score")
 	}
 }
 
