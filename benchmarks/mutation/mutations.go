@@ -52,8 +52,8 @@ var mutations = []mutation{
 		What: "an abandoned offer records nothing",
 		Eds:  []edit{{"core/core.go", "if !c.demand.Arrivals.RecordUnsized(nowNs) {", "if false {"}}},
 	{Name: "unsized-retained-only", Rule: "unsized.observations: retained offers that terminated before sizing",
-		What: "expired unsized offers still counted",
-		Eds:  []edit{{"core/buckets/query.go", "func (h *History) UnsizedObservations() int64 {\n\to, n := h.r.Oldest(), h.r.Newest()", "func (h *History) UnsizedObservations() int64 {\n\to, n := h.r.First(), h.r.Newest()"}}},
+		What: "every unsized offer ever seen is counted, expired ones too",
+		Eds:  []edit{{"core/buckets/demand.go", "Observations: d.Arrivals.UnsizedObservations(),", "Observations: d.Arrivals.UnsizedObservations() + func() int64 { _, u := d.Arrivals.Expired(); return u }(),"}}},
 
 	// ---- Input-size repricing ----
 	{Name: "offer-not-at-estimate", Rule: "parsed offers enter demand history at a local input-size estimate",
