@@ -8,11 +8,13 @@ package core
 // core/controller) are proved here again at the core's API.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -179,16 +181,28 @@ func TestPruningAdvancesFromTheNewestRecordedBucket(t *testing.T) {
 	}
 }
 
-// TestRunDoesNotExpireHistory: Run steps on the wall clock; records made
-// long ago stay until newer evidence comes.
+// TestRunDoesNotExpireHistory: Run steps on the wall clock, years after
+// these records (t0 is in 2023); the steps expire none of them.
 func TestRunDoesNotExpireHistory(t *testing.T) {
-	c := newCore(t)
-	must(t, c.OfferSized(at(0), 1000, 64)) // t0 is 2023: far behind the wall clock
-	c.Step(at(0))
-	ctxStep := func() { c.Step(at(0) + 1000*sec) } // what Run does with a later clock
-	ctxStep()
-	if got := c.State(at(1000)).DemandHistory.Arrivals.Observations; got != 1 {
-		t.Fatalf("a later clock expired arrivals: %d retained; want 1", got)
+	cfg := DefaultConfig()
+	cfg.StepS, cfg.DemandWindowS, cfg.MinEvidenceSpanS = 0.005, 10, 1
+	c := newCoreCfg(t, cfg)
+	must(t, c.OfferSized(at(0), 1000, 64))
+	must(t, c.Completed(at(1), at(0), at(0.1), 64, 10))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+	defer cancel()
+	must(t, c.Run(ctx))
+	if n := len(c.Decisions(0, 0)); n < 2 {
+		t.Fatalf("Run made %d steps; want several", n)
+	}
+	dh := c.State(at(1)).DemandHistory
+	if dh.Arrivals.Observations != 1 || dh.Outputs.Observations != 1 || attTotal(c).ByOutcome[buckets.OutcomeCompleted].Total != 1 {
+		t.Fatalf("after Run: %+v; want the records kept", dh)
+	}
+	// Run made the wall clock the core's clock: a record a minute ahead
+	// of it is refused.
+	if err := c.OfferSized(time.Now().Add(time.Minute).UnixNano(), 1, 1); !errors.Is(err, ErrAheadOfClock) {
+		t.Fatalf("a record a minute ahead of the wall clock: %v; want ErrAheadOfClock", err)
 	}
 }
 
