@@ -40,7 +40,7 @@ func eventBatch(engines []string) []byte {
 type discardSink struct{}
 
 func (discardSink) OfferStarted(int64)                                {}
-func (discardSink) OfferAbandoned(int64)                              {}
+func (discardSink) OfferAbandoned(int64) error                        { return nil }
 func (discardSink) OfferSized(int64, int64, int64) error              { return nil }
 func (discardSink) Tokenized(int64, int64, int64, int64) error        { return nil }
 func (discardSink) Admitted(int64, string, int64, int64) error        { return nil }

@@ -27,13 +27,24 @@ type Config struct {
 	// TTFTSLOS and TPOTSLOS are the latency SLOs in seconds.
 	TTFTSLOS float64 `json:"ttft_slo_s" yaml:"ttft_slo_s"`
 	TPOTSLOS float64 `json:"tpot_slo_s" yaml:"tpot_slo_s"`
+	// FutureToleranceS: evidence stamped more than this after the core's
+	// clock is refused (ErrAheadOfClock) and never moves the newest
+	// bucket. 0 (the default) means one demand bucket width.
+	FutureToleranceS float64 `json:"future_tolerance_s" yaml:"future_tolerance_s"`
+	// PendingTimeoutS: an offer started and not sized, refused or
+	// abandoned within this long is ended by the next Step and counted as
+	// an unsized observation. The narwhal-core service sets it from
+	// events.pending_timeout_s.
+	PendingTimeoutS float64 `json:"pending_timeout_s" yaml:"-"`
 	// Controller holds the movement gates and scoring knobs.
 	Controller controller.Config `json:"controller" yaml:"controller"`
 }
 
 // DefaultConfig: 1 s step, 60 s demand window, 10 s evidence span and
 // attainment buckets, and the SLOs DistServe uses for OPT-13B chat (the
-// default built-in profile): TTFT 0.25 s, TPOT 0.1 s.
+// default built-in profile): TTFT 0.25 s, TPOT 0.1 s. Evidence may run
+// one demand bucket ahead of the core's clock; pending offers time out
+// after 30 s (the service's default body read timeout).
 func DefaultConfig() Config {
 	return Config{
 		StepS:            1,
@@ -42,6 +53,7 @@ func DefaultConfig() Config {
 		MonitorIntervalS: 10,
 		TTFTSLOS:         0.25,
 		TPOTSLOS:         0.1,
+		PendingTimeoutS:  30,
 		Controller:       controller.DefaultConfig(),
 	}
 }
@@ -74,6 +86,10 @@ func (c Config) Validate() error {
 		return bad("ttft_slo_s", c.TTFTSLOS, "> 0 and <= 31536000")
 	case !pos(c.TPOTSLOS):
 		return bad("tpot_slo_s", c.TPOTSLOS, "> 0 and <= 31536000")
+	case math.IsNaN(c.FutureToleranceS) || c.FutureToleranceS < 0 || c.FutureToleranceS >= c.DemandWindowS:
+		return bad("future_tolerance_s", c.FutureToleranceS, fmt.Sprintf(">= 0 and < demand_window_s (%v)", c.DemandWindowS))
+	case !pos(c.PendingTimeoutS):
+		return bad("pending_timeout_s", c.PendingTimeoutS, "> 0 and <= 31536000")
 	}
 	// Every history is a ring of at most ring.MaxSlots buckets: the
 	// outputs history keeps four demand windows of demand buckets, the
@@ -89,6 +105,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
+}
+
+// futureToleranceNs is future_tolerance_s, 0 meaning one demand bucket.
+func (c Config) futureToleranceNs() int64 {
+	if c.FutureToleranceS == 0 {
+		return buckets.BucketWidth(secNs(c.StepS), secNs(c.MinEvidenceSpanS))
+	}
+	return secNs(c.FutureToleranceS)
 }
 
 func secNs(s float64) int64 { return int64(math.Round(s * 1e9)) }

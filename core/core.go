@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +22,10 @@ import (
 var (
 	ErrUnknownEngine = controller.ErrUnknownEngine
 	ErrInvalidInput  = errors.New("invalid input")
+	// ErrAheadOfClock (wrapped with ErrInvalidInput): evidence stamped
+	// further ahead of the core's clock than future_tolerance_s. It is
+	// not recorded, and counted in narwhal_core_evidence_ahead_refused_total.
+	ErrAheadOfClock = errors.New("timestamp ahead of the core's clock")
 )
 
 // Pre-built errors keep the per-request calls allocation-free even when
@@ -46,6 +52,7 @@ type options struct {
 	outputs   controller.HistoryReader
 	noPrior   bool
 	noCalib   bool
+	clock     func() int64
 }
 
 // WithActuator sets who carries moves out (default: the journal-only dry
@@ -83,6 +90,13 @@ func WithJournalHistory(ds []controller.Decision) Option {
 	return func(o *options) { o.history = ds }
 }
 
+// WithClock sets the core's clock (Unix ns): evidence stamped more than
+// future_tolerance_s after it is refused (ErrAheadOfClock). Default: none
+// until Run, which uses the wall clock; without a clock the bound is the
+// latest Step's time plus one step (the next step's due time). The clock is
+// read only when a timestamp passes the last reading plus the tolerance.
+func WithClock(now func() int64) Option { return func(o *options) { o.clock = now } }
+
 // WithDemandReaders makes the controller step on other arrivals and
 // outputs histories than the core's own (e.g. the Kubernetes leader's
 // merged demand of every router). Both must be set; the core keeps
@@ -118,7 +132,35 @@ type Core struct {
 	stepMu    sync.Mutex
 	stateFile string
 	closeOnce sync.Once
+
+	// The core's clock (see the package documentation, Time): clock is
+	// the function given by WithClock or SetClock (nil: none; Run
+	// installs the wall clock), lastStepNs the latest Step's time.
+	// okUntil is the latest timestamp known to be within the tolerance,
+	// the fast path of ahead; aheadRefused counts refusals.
+	clock        atomic.Pointer[func() int64]
+	lastStepNs   atomic.Int64
+	okUntil      atomic.Int64
+	aheadRefused atomic.Uint64
+	tolNs        int64
+	errAhead     error
+
+	// Pending offers time out after pendingTimeoutNs: marks holds, per
+	// Step, how many offers had been started by then (see expirePending).
+	pendingTimeoutNs int64
+	marks            []pendingMark
+	pendingExpired   atomic.Uint64
 }
+
+// pendingMark: by the step at atNs, started offers had been started.
+type pendingMark struct {
+	atNs    int64
+	started uint32
+}
+
+// maxPendingMarks bounds the marks kept (steps more frequent than
+// step_s keep the oldest marks, which only delays expiry).
+const maxPendingMarks = 4096
 
 // New builds a core. With WithStateFile, saved controller state is
 // restored (a missing file is a fresh start).
@@ -140,6 +182,13 @@ func New(cfg Config, opts ...Option) (*Core, error) {
 		stepNs: secNs(cfg.StepS), windowNs: secNs(cfg.DemandWindowS), shortNs: secNs(cfg.MinEvidenceSpanS),
 		ttftNs: cfg.TTFTSLOS * 1e9, tpotNs: cfg.TPOTSLOS * 1e9}
 	width := buckets.BucketWidth(c.stepNs, c.shortNs)
+	c.tolNs = cfg.futureToleranceNs()
+	c.errAhead = fmt.Errorf("%w: %w by more than future_tolerance_s (%v s); nothing was recorded", ErrInvalidInput, ErrAheadOfClock, float64(c.tolNs)/1e9)
+	c.pendingTimeoutNs = secNs(cfg.PendingTimeoutS)
+	c.okUntil.Store(math.MaxInt64)
+	if o.clock != nil {
+		c.SetClock(o.clock)
+	}
 	var err error
 	if c.demand, err = buckets.NewDemand(buckets.DemandConfig{BucketWidthNs: width, DemandWindowNs: c.windowNs}); err != nil {
 		return nil, fmt.Errorf("core: demand history: %w", err)
@@ -217,21 +266,43 @@ func badTokens(xs ...int64) bool {
 }
 
 // OfferStarted: a request body is being read (demand_history.unsized.pending).
+// It stays pending until OfferSized (accepted or refused), OfferAbandoned,
+// Refused, or pending_timeout_s later (see the package documentation).
 func (c *Core) OfferStarted(nowNs int64) { c.demand.OfferStarted() }
 
-// OfferAbandoned: an offer ended before it was sized.
-func (c *Core) OfferAbandoned(nowNs int64) { c.demand.OfferUnsizedEnd(nowNs) }
+// OfferAbandoned: an offer ended before it was sized. It ends a pending
+// offer and records an unsized observation at nowNs; a refused timestamp
+// still ends the pending offer but records nothing.
+func (c *Core) OfferAbandoned(nowNs int64) error {
+	c.demand.EndPending()
+	if nowNs <= 0 {
+		return errTime
+	}
+	if c.ahead(nowNs) {
+		return c.errAhead
+	}
+	if !c.demand.Arrivals.RecordUnsized(nowNs) {
+		return errTooOld
+	}
+	return nil
+}
 
 // OfferSized records a parsed offer at its arrival time with a local input
-// estimate (e.g. body bytes / 4) and its requested output tokens.
+// estimate (e.g. body bytes / 4) and its requested output tokens. It ends a
+// pending offer even when it refuses the values (the body has been read;
+// the refused values are not recorded).
 func (c *Core) OfferSized(arrivalNs, estInput, reqOutput int64) error {
+	c.demand.EndPending()
 	if badTokens(estInput, reqOutput) {
 		return errTokens
 	}
 	if arrivalNs <= 0 {
 		return errTime
 	}
-	if !c.demand.OfferSized(arrivalNs, buckets.Shape{Input: estInput, Output: reqOutput}) {
+	if c.ahead(arrivalNs) {
+		return c.errAhead
+	}
+	if !c.demand.Arrivals.Record(arrivalNs, buckets.Shape{Input: estInput, Output: reqOutput}) {
 		return errTooOld
 	}
 	return nil
@@ -266,16 +337,25 @@ func (c *Core) Admitted(nowNs int64, engineID string, input, reqOutput int64) er
 	if !c.ctrl.Roles().Known(engineID) {
 		return errEngine
 	}
+	if c.ahead(nowNs) {
+		return c.errAhead
+	}
 	if !c.resid.Record(nowNs, buckets.Shape{Input: input, Output: reqOutput}) {
 		return errTooOld
 	}
 	return nil
 }
 
-// Refused records a predictive refusal (attainment outcome refused).
+// Refused records a predictive refusal (attainment outcome refused). A
+// refused request is no longer being read: it ends a pending offer (a
+// router that refuses before sizing sends no sized event).
 func (c *Core) Refused(nowNs int64) error {
+	c.demand.EndPending()
 	if nowNs <= 0 {
 		return errTime
+	}
+	if c.ahead(nowNs) {
+		return c.errAhead
 	}
 	if !c.att.Record(nowNs, buckets.OutcomeRefused, false, false) {
 		return errTooOld
@@ -288,6 +368,9 @@ func (c *Core) Refused(nowNs int64) error {
 func (c *Core) FirstToken(nowNs, arrivalNs int64) error {
 	if arrivalNs <= 0 || nowNs < arrivalNs {
 		return errTime
+	}
+	if c.ahead(nowNs) {
+		return c.errAhead
 	}
 	if !c.prefillP.Record(nowNs, float64(nowNs-arrivalNs)/c.ttftNs) {
 		return errTooOld
@@ -309,6 +392,9 @@ func (c *Core) Completed(nowNs, arrivalNs, firstTokenNs, reqOutput, outputTokens
 	if arrivalNs <= 0 || firstTokenNs < arrivalNs || nowNs < firstTokenNs {
 		return errTime
 	}
+	if c.ahead(nowNs) {
+		return c.errAhead
+	}
 	ttftMet := float64(firstTokenNs-arrivalNs) <= c.ttftNs
 	tpotMet := true
 	var ratio float64
@@ -329,6 +415,9 @@ func (c *Core) Completed(nowNs, arrivalNs, firstTokenNs, reqOutput, outputTokens
 func (c *Core) ended(o buckets.Outcome, nowNs, arrivalNs, firstTokenNs int64) error {
 	if arrivalNs <= 0 || nowNs < arrivalNs || (firstTokenNs != 0 && (firstTokenNs < arrivalNs || firstTokenNs > nowNs)) {
 		return errTime
+	}
+	if c.ahead(nowNs) {
+		return c.errAhead
 	}
 	ttftMet := firstTokenNs != 0 && float64(firstTokenNs-arrivalNs) <= c.ttftNs
 	if !c.att.Record(nowNs, o, ttftMet, false) {
@@ -394,17 +483,91 @@ func (c *Core) inputs(nowNs int64) controller.Inputs {
 }
 
 // Step runs one controller step at nowNs (virtual or real time) and, with
-// a state file, saves the controller state.
+// a state file, saves the controller state. It expires pending offers
+// older than pending_timeout_s and never expires history: buckets expire
+// only as newer evidence is recorded, and the step reads windows that end
+// at nowNs.
 func (c *Core) Step(nowNs int64) controller.Decision {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
-	c.demand.Advance(nowNs)
-	c.att.Advance(nowNs)
-	c.prefillP.Advance(nowNs)
-	c.decodeP.Advance(nowNs)
+	c.lastStepNs.Store(nowNs)
+	if c.clock.Load() == nil {
+		c.okUntil.Store(sat(nowNs, c.stepNs+c.tolNs))
+	}
+	c.expirePending(nowNs)
 	d := c.ctrl.Step(nowNs, c.inputs(nowNs))
 	c.saveState()
 	return d
+}
+
+// expirePending ends the offers pending since a step at least
+// pending_timeout_s before nowNs and records them as unsized observations
+// at nowNs (an offer whose body read outlives the service's read timeout
+// is gone). Caller holds stepMu.
+func (c *Core) expirePending(nowNs int64) {
+	cut := nowNs - c.pendingTimeoutNs
+	k := -1 // the newest mark at or before the cut
+	for i := range c.marks {
+		if c.marks[i].atNs > cut {
+			break
+		}
+		k = i
+	}
+	if k >= 0 {
+		if n := c.demand.ExpirePending(c.marks[k].started, nowNs); n > 0 {
+			c.pendingExpired.Add(uint64(n))
+		}
+		c.marks = append(c.marks[:0], c.marks[k:]...)
+	}
+	if n := len(c.marks); (n == 0 || c.marks[n-1].atNs < nowNs) && n < maxPendingMarks {
+		c.marks = append(c.marks, pendingMark{atNs: nowNs, started: c.demand.Started()})
+	}
+}
+
+// SetClock sets the core's clock (see WithClock); safe while records run.
+func (c *Core) SetClock(now func() int64) {
+	if now == nil {
+		return
+	}
+	c.clock.Store(&now)
+	c.okUntil.Store(math.MinInt64) // read the new clock on the next record
+}
+
+// ahead reports (and counts) a timestamp beyond the core's clock plus
+// future_tolerance_s. The fast path is one load and a compare.
+func (c *Core) ahead(tsNs int64) bool {
+	if tsNs <= c.okUntil.Load() {
+		return false
+	}
+	return c.aheadSlow(tsNs)
+}
+
+func (c *Core) aheadSlow(tsNs int64) bool {
+	lim := int64(math.MaxInt64)
+	if f := c.clock.Load(); f != nil {
+		lim = sat((*f)(), c.tolNs)
+		for {
+			o := c.okUntil.Load()
+			if o >= lim || c.okUntil.CompareAndSwap(o, lim) {
+				break
+			}
+		}
+	} else if s := c.lastStepNs.Load(); s != 0 {
+		lim = sat(s, c.stepNs+c.tolNs)
+	}
+	if tsNs <= lim {
+		return false
+	}
+	c.aheadRefused.Add(1)
+	return true
+}
+
+// sat is a+b saturating at MaxInt64 (b >= 0).
+func sat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func (c *Core) saveState() {
@@ -419,6 +582,10 @@ func (c *Core) saveState() {
 // Run calls Step every StepS on the wall clock until ctx ends; it is the
 // only place in the core that reads the wall clock.
 func (c *Core) Run(ctx context.Context) error {
+	wall := func() int64 { return time.Now().UnixNano() }
+	if c.clock.CompareAndSwap(nil, &wall) {
+		c.okUntil.Store(math.MinInt64)
+	}
 	t := time.NewTicker(time.Duration(c.stepNs))
 	defer t.Stop()
 	for {
@@ -443,6 +610,7 @@ func (c *Core) Decisions(sinceSeq uint64, limit int) []controller.Decision {
 func (c *Core) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		buckets.NewCollector(c.demand),
+		&coreCollector{c},
 		c.ctrl.Collector(),
 		c.ctrl.ProfileCollector(),
 		buckets.NewAttainmentCollector(c.att, c.latestNs),

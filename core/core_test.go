@@ -59,10 +59,14 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestPerRequestCallsDoNotAllocate(t *testing.T) {
-	c := newCore(t)
 	now := t0
+	// a clock that the records keep passing (its slow path runs), and
+	// records 0.7 s apart, so that buckets expire inside the measured loop
+	c := newCore(t, WithClock(func() int64 { return now }))
+	expired := func() int64 { s, _ := c.Demand().Arrivals.Expired(); return s + c.Attainment().Expired() }
+	before := expired()
 	n := testing.AllocsPerRun(1000, func() {
-		now += 1e6
+		now += 7e8
 		c.OfferStarted(now)
 		if err := c.OfferSized(now, 1000, 128); err != nil {
 			t.Fatal(err)
@@ -77,14 +81,17 @@ func TestPerRequestCallsDoNotAllocate(t *testing.T) {
 		if err := c.FirstToken(now+1e8, now); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Completed(now+2e9, now, now+1e8, 128, 100); err != nil {
+		if err := c.Completed(now+5e8, now, now+1e8, 128, 100); err != nil {
 			t.Fatal(err)
 		}
 		c.OfferStarted(now)
-		c.OfferAbandoned(now)
+		_ = c.OfferAbandoned(now)
 		_ = c.Refused(now)
-		_ = c.Failed(now+1e9, now, 0)
-		_ = c.Expired(now+1e9, now, now+1e8)
+		_ = c.Failed(now+5e8, now, 0)
+		_ = c.Expired(now+5e8, now, now+1e8)
+		if err := c.Completed(now+3e9, now, now+1e8, 128, 100); !errors.Is(err, ErrAheadOfClock) {
+			t.Fatal(err)
+		}
 		// refusals do not allocate either
 		if err := c.Admitted(now, "nope", 1, 1); !errors.Is(err, ErrUnknownEngine) {
 			t.Fatal(err)
@@ -95,6 +102,9 @@ func TestPerRequestCallsDoNotAllocate(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("per-request calls allocate %v times; want 0", n)
+	}
+	if expired() <= before || c.AheadRefused() == 0 {
+		t.Fatalf("the measured loop must expire buckets and refuse records ahead of the clock (expired %d, refused %d)", expired()-before, c.AheadRefused())
 	}
 }
 
@@ -133,10 +143,11 @@ func TestStateShowsLifecycle(t *testing.T) {
 		c.FirstToken(now+50e6, now)                          // TTFT 0.05 s: met
 		c.Completed(now+50e6+63*50e6, now, now+50e6, 64, 64) // TPOT 0.05 s: met
 	}
-	c.OfferStarted(now) // one body still being read
+	c.OfferStarted(now)
 	c.OfferStarted(now)
 	c.OfferAbandoned(now)
-	c.Refused(now)
+	c.Refused(now)      // a refused request ends a pending offer too
+	c.OfferStarted(now) // one body still being read
 	d := c.Step(now + 5*sec)
 	st := c.State(now + 5*sec)
 	if st.DemandHistory.Arrivals.Observations != 30 || st.DemandHistory.Unsized.Pending != 1 || st.DemandHistory.Unsized.Observations != 1 {

@@ -11,6 +11,21 @@
 // from Roles) or Refused → FirstToken → Completed, Failed or Expired.
 // Every timestamp is an int64 Unix-nanosecond parameter.
 //
+// # Pending offers (our reading of "request bodies still being read")
+//
+// demand_history.unsized.pending counts OfferStarted calls not yet ended.
+// An offer ends with OfferSized (whether or not its values are accepted:
+// the body has been read), OfferAbandoned, Refused (a request refused
+// before it was sized), or, when none of them comes (a router that
+// crashed mid-body), at the first Step at least pending_timeout_s after a
+// step that saw it started; the narwhal-core service sets the timeout from
+// events.pending_timeout_s, by default its own body read timeout, after
+// which the body is not being read by anyone. A timed-out offer counts as
+// an unsized observation at that step (narwhal_core_pending_offers_expired_total).
+// Offers carry no identity, so an end is matched to the oldest pending
+// offer: a timeout never ends an offer started after the step it measures
+// from.
+//
 // # Observed phase pressure (our choice where the spec is silent)
 //
 // Observed prefill pressure is the mean of TTFT / TTFT SLO over the short
@@ -45,4 +60,18 @@
 // Nothing here reads the wall clock except Run, which calls Step every
 // step_s with time.Now. Scrape-time attainment metrics use the time of the
 // latest Step.
+//
+// Histories expire only from recorded evidence (the spec's "pruning
+// advances from the newest recorded bucket"): Step and Run never advance
+// them, however late the step; a step reads windows that end at its time.
+//
+// The core's clock is WithClock's (SetClock; the service passes its own),
+// else the wall clock once Run starts, else the latest Step's time plus
+// one step_s (the next step's due time), and nothing before the first
+// Step. A record stamped more than future_tolerance_s (default one demand
+// bucket) after it is refused with ErrAheadOfClock, records nothing, and
+// is counted (AheadRefused, narwhal_core_evidence_ahead_refused_total):
+// what is refused cannot move the newest bucket and expire a window. The
+// check is one load and a compare; the clock is read only when a
+// timestamp passes its last reading plus the tolerance.
 package core

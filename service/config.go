@@ -94,6 +94,11 @@ type EventsConfig struct {
 	MaxPastS    float64 `yaml:"max_past_s" json:"max_past_s"`
 	MaxFutureS  float64 `yaml:"max_future_s" json:"max_future_s"`
 	MaxRequestS float64 `yaml:"max_request_s" json:"max_request_s"`
+	// PendingTimeoutS: an offer_started never followed by sized, refused
+	// or offer_abandoned is ended after this long and counted as an
+	// unsized observation (core pending_timeout_s). 0: http.read_timeout_s,
+	// after which the server has given up reading the body anyway.
+	PendingTimeoutS float64 `yaml:"pending_timeout_s" json:"pending_timeout_s"`
 }
 
 // AgentsConfig: the agents' ingest endpoint and readiness.
@@ -231,11 +236,14 @@ func (c *Config) Validate() error {
 	pos("events.max_past_s", c.Events.MaxPastS)
 	pos("events.max_future_s", c.Events.MaxFutureS)
 	pos("events.max_request_s", c.Events.MaxRequestS)
+	if c.Events.PendingTimeoutS < 0 || c.Events.PendingTimeoutS != c.Events.PendingTimeoutS {
+		bad("events.pending_timeout_s must be >= 0 (0: http.read_timeout_s), got %v", c.Events.PendingTimeoutS)
+	}
 	const maxSpanS = 365 * 24 * 3600
 	for _, f := range []struct {
 		n string
 		v float64
-	}{{"events.max_past_s", c.Events.MaxPastS}, {"events.max_future_s", c.Events.MaxFutureS}, {"events.max_request_s", c.Events.MaxRequestS}} {
+	}{{"events.max_past_s", c.Events.MaxPastS}, {"events.max_future_s", c.Events.MaxFutureS}, {"events.max_request_s", c.Events.MaxRequestS}, {"events.pending_timeout_s", c.Events.PendingTimeoutS}} {
 		if f.v > maxSpanS {
 			bad("%s must be <= %d, got %v", f.n, maxSpanS, f.v)
 		}

@@ -12,7 +12,7 @@ import (
 // event type of POST /v1/events. *core.Core satisfies it.
 type EventSink interface {
 	OfferStarted(nowNs int64)
-	OfferAbandoned(nowNs int64)
+	OfferAbandoned(nowNs int64) error
 	OfferSized(arrivalNs, estInput, reqOutput int64) error
 	Tokenized(arrivalNs, estInput, exactInput, reqOutput int64) error
 	Admitted(nowNs int64, engineID string, input, reqOutput int64) error

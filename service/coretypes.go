@@ -43,6 +43,10 @@ const (
 // before the built-in ones; the geometry prior prices the rest.
 func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*core.Core, error) {
 	opts := []core.Option{core.WithLogger(logger)}
+	cfg.Core.PendingTimeoutS = cfg.Events.PendingTimeoutS
+	if cfg.Core.PendingTimeoutS == 0 {
+		cfg.Core.PendingTimeoutS = cfg.HTTP.ReadTimeoutS
+	}
 	if cfg.Profiles.File != "" {
 		set, err := profile.LoadFile(cfg.Profiles.File)
 		if err != nil {

@@ -61,7 +61,10 @@
 // (JSON, IngestReply) counts accepted and refused lines, lists accepted
 // lines as ranges and each refused line with its reason (the first 1000).
 // Status: 200 when every line was accepted, 422 when at least one was
-// refused (the others were applied), 413 when the body exceeds
+// refused (the others were applied; a line stamped more than
+// core.future_tolerance_s ahead of the server's clock is refused with
+// "timestamp ahead of the core's clock" and counted in
+// narwhal_core_evidence_ahead_refused_total), 413 when the body exceeds
 // http.max_body_bytes (nothing applied), 401 for a missing or wrong
 // token (nothing applied), 405 for other methods.
 //

@@ -52,10 +52,11 @@ func TestEndToEnd(t *testing.T) {
 		fmt.Sprintf(`{"type":"first_token","ts_ns":%d,"arrival_ns":%d}`, a1+100e6, a1),
 		fmt.Sprintf(`{"type":"completed","ts_ns":%d,"arrival_ns":%d,"first_token_ns":%d,"requested_output_tokens":64,"output_tokens":40}`, ts(-1), a1, a1+100e6),
 		fmt.Sprintf(`{"type":"failed","ts_ns":%d,"arrival_ns":%d}`, ts(-1), a2),
-		fmt.Sprintf(`{"type":"refused","ts_ns":%d}`, ts(-2)),
+		fmt.Sprintf(`{"type":"refused","ts_ns":%d}`, ts(-2)), // ends the offer started at -2.4
+		fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`, ts(-0.5)),
 	}
 	code, reply := do(http.MethodPost, "/v1/events", strings.Join(batch, "\n"))
-	if code != 200 || !strings.Contains(reply, `"accepted":14,"refused":0`) {
+	if code != 200 || !strings.Contains(reply, `"accepted":15,"refused":0`) {
 		t.Fatalf("POST /v1/events: %d %s", code, reply)
 	}
 	d := rc.Step(testNow)
@@ -137,7 +138,7 @@ func TestEndToEnd(t *testing.T) {
 		`narwhal_attainment_requests{outcome="refused"} 1`,
 		`narwhal_attainment_ttft_met{outcome="completed"} 1`,
 		`narwhal_http_events_total{result="accepted",type="sized"} 2`,
-		`narwhal_http_events_total{result="accepted",type="offer_started"} 4`,
+		`narwhal_http_events_total{result="accepted",type="offer_started"} 5`,
 		`narwhal_http_requests_total{code="200",handler="events"} 1`,
 	} {
 		if !strings.Contains(metrics, m+"\n") {

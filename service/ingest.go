@@ -210,8 +210,7 @@ func applyEvent(c EventSink, ev *Event) error {
 		c.OfferStarted(ev.TsNs)
 		return nil
 	case EventOfferAbandoned:
-		c.OfferAbandoned(ev.TsNs)
-		return nil
+		return c.OfferAbandoned(ev.TsNs)
 	case EventSized:
 		return c.OfferSized(ev.ArrivalNs, ev.EstInputTokens, ev.RequestedOutputTokens)
 	case EventTokenized:

@@ -114,6 +114,10 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	for _, o := range opts {
 		o(s)
 	}
+	// The core refuses evidence stamped ahead of its clock: the service's.
+	if cl, ok := c.(interface{ SetClock(func() int64) }); ok {
+		cl.SetClock(s.now)
+	}
 	known := map[string]bool{}
 	for _, e := range c.Engines() {
 		known[e.ID] = true

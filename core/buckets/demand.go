@@ -78,14 +78,56 @@ func (d *Demand) History(k Kind) *History {
 	return nil
 }
 
-// OfferStarted counts a request body being read (pending).
-func (d *Demand) OfferStarted() { d.pending.Add(1) }
+// The pending word packs two counters so that OfferStarted is one atomic
+// add: the low 32 bits count offers pending now, the high 32 bits count
+// every offer ever started (mod 2^32), which is what ExpirePending needs.
+const (
+	pendingMask = 1<<32 - 1
+	startedOne  = 1 << 32
+)
 
-func (d *Demand) donePending() {
+// OfferStarted counts a request body being read (pending).
+func (d *Demand) OfferStarted() { d.pending.Add(startedOne | 1) }
+
+// EndPending ends one pending offer without recording anything (never
+// below zero: an end without a start is ignored). It returns whether an
+// offer was pending.
+func (d *Demand) EndPending() bool {
 	for {
 		p := d.pending.Load()
-		if p <= 0 || d.pending.CompareAndSwap(p, p-1) {
-			return
+		if p&pendingMask == 0 {
+			return false
+		}
+		if d.pending.CompareAndSwap(p, p-1) {
+			return true
+		}
+	}
+}
+
+// Started is the number of offers ever started, mod 2^32 (for
+// ExpirePending's marks).
+func (d *Demand) Started() uint32 { return uint32(uint64(d.pending.Load()) >> 32) }
+
+// ExpirePending ends the offers that were already pending when Started
+// returned mark and are still pending now, and records each as an unsized
+// observation at nowNs. Offers carry no identity, so ends are matched to
+// the oldest pending offers first: of the offers started before the mark,
+// at least pending − (started since the mark) are still pending, and
+// exactly that many are expired (never one that started after the mark).
+// It returns how many it expired.
+func (d *Demand) ExpirePending(mark uint32, nowNs int64) int64 {
+	for {
+		p := d.pending.Load()
+		since := int64(uint32(uint64(p)>>32) - mark)
+		n := int64(p&pendingMask) - since
+		if n <= 0 {
+			return 0
+		}
+		if d.pending.CompareAndSwap(p, p-n) {
+			for range n {
+				d.Arrivals.RecordUnsized(nowNs)
+			}
+			return n
 		}
 	}
 }
@@ -93,19 +135,19 @@ func (d *Demand) donePending() {
 // OfferSized ends a pending offer (never below zero) and records its shape
 // in the arrivals history at its arrival time.
 func (d *Demand) OfferSized(arrivalNs int64, s Shape) bool {
-	d.donePending()
+	d.EndPending()
 	return d.Arrivals.Record(arrivalNs, s)
 }
 
 // OfferUnsizedEnd ends a pending offer (never below zero) that terminated
 // before sizing and records it in the arrivals history's unsized cell.
 func (d *Demand) OfferUnsizedEnd(tsNs int64) bool {
-	d.donePending()
+	d.EndPending()
 	return d.Arrivals.RecordUnsized(tsNs)
 }
 
 // Pending counts request bodies still being read.
-func (d *Demand) Pending() int64 { return d.pending.Load() }
+func (d *Demand) Pending() int64 { return d.pending.Load() & pendingMask }
 
 // Prune prunes the three histories and returns the observations expired.
 func (d *Demand) Prune() int64 {
@@ -125,7 +167,7 @@ func (d *Demand) Snapshot() DemandHistory {
 		Residency: d.Residency.Stats(),
 		Outputs:   d.Outputs.Stats(),
 		Unsized: UnsizedStats{
-			Pending:      d.pending.Load(),
+			Pending:      d.Pending(),
 			Observations: d.Arrivals.UnsizedObservations(),
 		},
 	}

@@ -63,16 +63,21 @@ const (
 func fingerprint(h uint64) uint64 { return 0x80 | (h>>52)&0x7F }
 
 // matchBytes has the top bit of every byte of c equal to b set (exact).
-func matchBytes(c, b uint64) uint64 {
-	x := c ^ (lsbBytes * b)
+func matchBytes(c, b uint64) uint64 { return matchWord(c, lsbBytes*b) }
+
+// matchWord is matchBytes with b already in every byte of bw (a record
+// broadcasts its fingerprint once for both groups of its window).
+func matchWord(c, bw uint64) uint64 {
+	x := c ^ bw
 	return ^((x&lowBytes + lowBytes) | x | lowBytes)
 }
 
 // findKey returns the cell of group g (control word c) whose byte
-// matches fp and whose key is want, or -1.
-func (sh *slotShared) findKey(c, fp uint64, g uint, want uint64) int {
-	for m := matchBytes(c, fp); m != 0; m &= m - 1 {
-		if j := g*groupCells + uint(bits.TrailingZeros64(m))/8; sh.keys[j].Load() == want {
+// matches the fingerprint broadcast in fpw and whose key is want, or -1.
+func (sh *slotShared) findKey(c, fpw uint64, g uint, want uint64) int {
+	for m := matchWord(c, fpw); m != 0; m &= m - 1 {
+		// j < ExactCells (g < groups); the mask spares the bounds check
+		if j := (g*groupCells + uint(bits.TrailingZeros64(m))/8) % ExactCells; sh.keys[j].Load() == want {
 			return int(j)
 		}
 	}
@@ -111,7 +116,11 @@ type slotShared struct {
 	maxIn  atomic.Uint64
 	maxOut atomic.Uint64
 	meta   atomic.Uint64
-	_      [13]uint64
+	// blocks is this slot's stripes (a window of History.stripes, set
+	// once): the record reaches its stripe from the slot it already
+	// holds, one load instead of the history's shift and bounds.
+	blocks []stripeBlock
+	_      [10]uint64
 }
 
 // stripeBlock holds one stripe's counters of one slot; stripes of a slot are
@@ -147,6 +156,9 @@ func NewHistory(widthNs, retentionNs int64) (*History, error) {
 	n := h.stripeMask + 1
 	h.shared = make([]slotShared, h.r.Slots())
 	h.stripes = make([]stripeBlock, h.r.Slots()*n)
+	for i := range h.shared {
+		h.shared[i].blocks = h.stripes[i*n : (i+1)*n : (i+1)*n]
+	}
 	return h, nil
 }
 
@@ -213,7 +225,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 		st = ring.ProcPin() & h.stripeMask
 		ring.ProcUnpin()
 	}
-	b := &h.stripes[slot<<h.stripeLog+st]
+	b := &sh.blocks[st]
 	// The shape's window, two groups of control bytes. When the window is
 	// full (every byte set: the steady state of a busy bucket) the shape
 	// is either in a cell whose byte matches its fingerprint or in the
@@ -226,18 +238,19 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[g1].Load()
 	want := keyOf(tag, s)
 	ok := true
-	i := sh.findKey(c0, fp, g, want)
+	fpw := lsbBytes * fp
+	i := sh.findKey(c0, fpw, g, want)
 	if i < 0 {
 		if (^c0|^c1)&msbBytes != 0 {
 			i, ok = h.cell(sh, tag, s, true)
 		} else {
-			i = sh.findKey(c1, fp, g1, want)
+			i = sh.findKey(c1, fpw, g1, want)
 		}
 	}
 	var c *atomic.Uint64
 	switch {
 	case i >= 0:
-		c = &b.cells[i]
+		c = &b.cells[uint(i)%ExactCells] // i < ExactCells: no bounds check
 	case !ok:
 		return false
 	default:
@@ -266,24 +279,25 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 }
 
 // add places one observation of s into the bucket at slot (tag), in its
-// exact cell or the overflow cohort. false: the slot was reused by a newer
-// epoch before anything was counted.
-func (h *History) add(slot int, tag uint64, s Shape) bool {
+// exact cell or the overflow cohort, and returns the cell (-1: overflow).
+// ok false: the slot was reused by a newer epoch before anything was
+// counted.
+func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
 	sh := &h.shared[slot]
 	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
 	i, ok := h.cell(sh, tag, s, true)
 	if i >= 0 {
-		return h.bump(&b.cells[i], tag)
+		return i, h.bump(&b.cells[i], tag)
 	}
 	if !ok || !h.bump(&b.overflow, tag) {
-		return false
+		return -1, false
 	}
 	raiseMax(&sh.maxIn, tag, uint64(s.Input))
 	raiseMax(&sh.maxOut, tag, uint64(s.Output))
 	if s.Output == 0 {
 		addMeta(&sh.meta, tag, 1, metaZeroSeen)
 	}
-	return true
+	return -1, true
 }
 
 // bump adds one to the sized counter w for tag: one CAS when w already
@@ -315,7 +329,7 @@ func (h *History) cell(sh *slotShared, tag uint64, s Shape, claim bool) (int, bo
 	for n := 0; n < ProbeWindow/groupCells; n++ {
 		base := ((g + n) % groups) * groupCells
 		c := sh.ctrl[(g+n)%groups].Load()
-		if i := sh.findKey(c, fp, uint((g+n)%groups), want); i >= 0 {
+		if i := sh.findKey(c, lsbBytes*fp, uint((g+n)%groups), want); i >= 0 {
 			return i, true
 		}
 		// Cells whose control byte says free, in probe order. The first one
@@ -474,8 +488,9 @@ func (h *History) RecordUnsized(tsNs int64) bool {
 // the bucket is gone (expired or never recorded), a shape is invalid, or no
 // observation of from is counted there. Moving the last observation that
 // defined the overflow cohort's maximum input, maximum output, or its zero
-// requested output out of the cohort invalidates the bucket's boundary
-// evidence (the maxima stay, conservatively, until the bucket expires).
+// requested output out of the cohort (into an exact cell) invalidates the
+// bucket's boundary evidence (the maxima stay, conservatively, until the
+// bucket expires); a move that stays inside the overflow cohort does not.
 func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 	if arrivalNs < 0 || !validShape(from) || !validShape(to) {
 		return false
@@ -504,7 +519,20 @@ func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 	if !taken {
 		return false
 	}
-	if i < 0 {
+	j, ok := h.add(slot, tag, to)
+	if i < 0 && j < 0 && ok {
+		// it stays in the overflow cohort: no boundary observation left
+		// the cohort, so the boundary stands (its maxima only rise; a
+		// maximum that lost its last observation stays, conservatively)
+		if from.Output == 0 {
+			subZero(&sh.meta, tag)
+		}
+		lowerAtMax(&sh.maxIn, tag, uint64(from.Input))
+		lowerAtMax(&sh.maxOut, tag, uint64(from.Output))
+	} else if i < 0 {
+		// moved out of the cohort (or out with its bucket): losing the
+		// last observation at a maximum or the last zero-output one
+		// invalidates the bucket's boundary evidence
 		invalid := lowerAtMax(&sh.maxIn, tag, uint64(from.Input))
 		if lowerAtMax(&sh.maxOut, tag, uint64(from.Output)) {
 			invalid = true
@@ -516,7 +544,7 @@ func (h *History) Reprice(arrivalNs int64, from, to Shape) bool {
 			addMeta(&sh.meta, tag, 0, metaInvalid)
 		}
 	}
-	if !h.add(slot, tag, to) {
+	if !ok {
 		// the bucket was reused while we moved the observation: it
 		// left with its bucket
 		h.expSized.Add(1)

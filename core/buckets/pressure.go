@@ -43,6 +43,7 @@ type Pressure struct {
 	blocks     []pressureBlock
 	stripeMask int
 	stripeLog  uint
+	expired    atomic.Int64
 }
 
 // NewPressure builds pressure buckets widthNs wide retained for retentionNs.
@@ -114,8 +115,12 @@ func (p *Pressure) ExpireSlot(slot int, through int64) int64 {
 		ring.Drain(&b.sum, tag)
 		ring.Drain(&b.max, tag)
 	}
+	p.expired.Add(int64(n))
 	return int64(n)
 }
+
+// Expired counts the observations expired since the structure was built.
+func (p *Pressure) Expired() int64 { return p.expired.Load() }
 
 // Prune expires buckets older than the newest minus the retention.
 func (p *Pressure) Prune() int64 { return p.r.Prune(p) }

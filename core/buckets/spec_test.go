@@ -258,18 +258,8 @@ func TestRepriceReplacesEstimateAtOriginalArrival(t *testing.T) {
 	}
 }
 
-func TestRejectedBeforeTokenizationKeepsEstimate(t *testing.T) {
-	d := mustDemand(t, sec, 60*sec)
-	d.OfferStarted()
-	d.OfferSized(at(1), Shape{250, 32}) // rejected afterwards: no Tokenized call
-	d.OfferStarted()
-	d.OfferSized(at(1), Shape{300, 32})
-	d.Arrivals.Reprice(at(1), Shape{300, 32}, Shape{280, 32})
-	cells, w := d.Arrivals.Window(at(0), at(2), nil)
-	if cellCount(cells, Shape{250, 32}) != 1 || cellCount(cells, Shape{280, 32}) != 1 || w.Count() != 2 {
-		t.Fatalf("cells %+v; want the kept estimate {250 32} and the repriced {280 32}", cells)
-	}
-}
+// TestRejectedBeforeTokenizationKeepsEstimate lives in package core
+// (spec_rules_test.go), where a rejection exists (Core.Refused).
 
 // fillExact fills bucket ts with 128 distinct exact shapes (smaller than
 // anything the tests overflow) so that later shapes overflow; it skips
@@ -314,7 +304,8 @@ func TestRepriceMovingLastBoundaryObservationInvalidatesEvidence(t *testing.T) {
 	if ev := h.Evidence(at(5), at(6)); ev.Buckets != 2 || ev.SkippedInvalid != 0 {
 		t.Fatalf("before: %+v; want 2 valid buckets", ev)
 	}
-	exact := Shape{4000, 50}
+	cells, _ := window(h, at(6), at(6))
+	exact := cells[0].Shape // a shape with its own exact cell
 	if !h.Reprice(at(6), big, exact) {
 		t.Fatal("reprice in bucket 6 refused")
 	}
@@ -344,6 +335,40 @@ func TestRepriceMovingLastBoundaryObservationInvalidatesEvidence(t *testing.T) {
 	record(t, h, at(66), 1, 1)
 	if ev := h.Evidence(at(0), at(66)); ev.SkippedInvalid != 0 {
 		t.Fatalf("after expiry: skipped %d, want 0", ev.SkippedInvalid)
+	}
+}
+
+// TestRepriceInsideTheOverflowCohortKeepsBoundaryEvidence: the page
+// invalidates boundary evidence only when repricing moves the last
+// boundary observation "into another cohort"; a move that stays in the
+// overflow cohort keeps the bucket valid, with every count.
+func TestRepriceInsideTheOverflowCohortKeepsBoundaryEvidence(t *testing.T) {
+	h := mustHistory(t, sec, 60*sec)
+	fillExact(t, h, at(5))
+	big, other := Shape{9000, 50}, Shape{4000, 50}
+	record(t, h, at(5), big.Input, big.Output)
+	record(t, h, at(5), 5000, 0) // the only zero-output one
+	if !h.Reprice(at(5), big, other) {
+		t.Fatal("reprice refused")
+	}
+	if !h.Reprice(at(5), Shape{5000, 0}, Shape{5001, 0}) {
+		t.Fatal("reprice refused")
+	}
+	_, w := window(h, at(5), at(5))
+	if w.InvalidBuckets != 0 || w.Overflow.Count != 2 || !w.Overflow.ZeroOutput {
+		t.Fatalf("same-cohort reprices: %+v; want a valid bucket with 2 overflow, zero output kept", w)
+	}
+	if ev := h.Evidence(at(5), at(5)); ev.Buckets != 1 || ev.SkippedInvalid != 0 {
+		t.Fatalf("evidence %+v; want the bucket counted", ev)
+	}
+	// the last zero-output observation leaving into an exact cell does
+	// invalidate
+	cells, _ := window(h, at(5), at(5))
+	if !h.Reprice(at(5), Shape{5001, 0}, cells[0].Shape) {
+		t.Fatal("reprice refused")
+	}
+	if _, w := window(h, at(5), at(5)); w.InvalidBuckets != 1 {
+		t.Fatalf("moving the last zero-output observation into an exact cell: %+v; want invalid", w)
 	}
 }
 

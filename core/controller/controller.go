@@ -71,8 +71,6 @@ type Controller struct {
 	confirmCount int
 	confirmSeq   uint64
 	risks        []riskEvent // ring, riskCap
-	// outOverflowUntil: learned output discounts stay off until then.
-	outOverflowUntil int64
 	// kvHist: resident decode KV at each step (ring).
 	kvHist [kvHistCap]kvSample
 	kvN    int
@@ -345,18 +343,18 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	}
 	// Output estimates: built once, used by both horizons. The discount
 	// is learned from the completions of the last demand window. Overflow
-	// seen there keeps learning off for the outputs retention (four
-	// windows), until the affected observations have expired: every step
-	// reads the last window, so no retained overflow goes unseen.
+	// anywhere in the retained outputs history keeps learning off until
+	// those observations expire (they expire only as newer completions are
+	// recorded), whatever the controller saw before: a new leader, a
+	// stopped loop and a restart read the same history and agree.
 	var w buckets.Window
 	c.cellBuf = c.cellBuf[:0]
+	overflowRetained := false
 	if in.Outputs != nil {
-		c.cellBuf, w = in.Outputs.Window(nowNs-c.tm.LongNs, nowNs, c.cellBuf)
-		if w.Overflow.Count > 0 {
-			c.outOverflowUntil = max(c.outOverflowUntil, nowNs+4*c.tm.LongNs)
-		}
+		overflowRetained = retainedOverflow(in.Outputs, &c.cellBuf)
+		c.cellBuf, w = in.Outputs.Window(nowNs-c.tm.LongNs, nowNs, c.cellBuf[:0])
 	}
-	s.Out = buildOutputEstimate(c.cellBuf, w, nowNs < c.outOverflowUntil, c.cfg.DefaultOutputTokens)
+	s.Out = buildOutputEstimate(c.cellBuf, w, overflowRetained, c.cfg.DefaultOutputTokens)
 	c.builds++
 	s.EstimateBuild = c.builds
 	// Arrivals: the short horizon, then the rest of the long one (the
@@ -590,7 +588,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		IncompleteReason: s.IncompleteReason, Short: s.Short.rounded(), Long: s.Long.rounded(),
 		Outputs: s.Out, DecodeCorrection: roundJ(s.DecodeCorrection), DecodeLoadCorrection: roundJ(s.DecodeLoadCorrection),
 		KVCorrection: roundJ(s.KVCorrection), OutputScale: roundJ(s.OutputScale), ObservedPrefill: s.ObservedPrefill.rounded(), ObservedDecode: s.ObservedDecode.rounded(),
-		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), EstimateBuild: s.EstimateBuild,
+		ResidentDecodeKV: roundJ(s.ResidentDecodeKV), PendingOutputTokens: roundJ(s.PendingOutputTokens), EstimateBuild: s.EstimateBuild,
 	}
 	d.Snapshot.Outputs.Discount, d.Snapshot.Outputs.UnboundedMean = roundJ(s.Out.Discount), roundJ(s.Out.UnboundedMean)
 	d.RecoveryPrefillRatio = roundJ(s.RecoveryRatio)

@@ -178,8 +178,9 @@ func TestOutputEstimateBuiltOncePerStep(t *testing.T) {
 		}
 	}
 	// Overflow in the outputs history switches learning off for both
-	// horizons, and keeps it off until the observations expire (four
-	// demand windows), even once the window read no longer shows it.
+	// horizons, and keeps it off while the history retains it, even once
+	// the window read no longer shows it; it comes back as soon as the
+	// history no longer retains it (however long that took).
 	outs.overflow = buckets.Cohort{Count: 1, MaxInput: 600, MaxOutput: 600}
 	off := func(at int64, wantLearned bool) {
 		t.Helper()
@@ -193,9 +194,11 @@ func TestOutputEstimateBuiltOncePerStep(t *testing.T) {
 		}
 	}
 	off(t0+10*sec, false)
-	outs.overflow = buckets.Cohort{}
+	outs.overflow, outs.retainedOverflow = buckets.Cohort{}, true
 	off(t0+100*sec, false)
-	off(t0+10*sec+4*60*sec, true)
+	off(t0+10*sec+4*60*sec+1, false)
+	outs.retainedOverflow = false
+	off(t0+10*sec+4*60*sec+2, true)
 }
 
 func rateForDecode(t *testing.T, target float64) float64 {

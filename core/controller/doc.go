@@ -52,6 +52,10 @@
 // predicted KV down (kv_correction in [0.5, 1]); measured TPOT under
 // target calibrates an upper-bound or learned output estimate
 // (output_scale) while the mix holds.
+// Learned output discounts are off while any retained bucket of the
+// outputs history holds overflow, i.e. until those observations expire
+// (they expire only as newer completions are recorded, so a stopped loop,
+// a restart and a new leader reading the same history agree).
 //
 // On traffic none of this was tuned on (the scenario suite, sim/doc.go
 // and benchmarks/slo/SUITE.md; its tune half, 32 one-hour scenarios), the

@@ -20,9 +20,12 @@ type fakeHistory struct {
 	// on where it lies; a bounded cell outside a window is left out.
 	since, until []int64
 	overflow     buckets.Cohort
-	ev           buckets.Evidence
-	windows      int
-	lastCut      int64
+	// retainedOverflow: overflow retained outside the windows read (the
+	// window's own overflow counts as retained too).
+	retainedOverflow bool
+	ev               buckets.Evidence
+	windows          int
+	lastCut          int64
 }
 
 func (f *fakeHistory) Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.Cell, buckets.Window) {
@@ -47,6 +50,8 @@ func (f *fakeHistory) Window(fromNs, toNs int64, dst []buckets.Cell) ([]buckets.
 	}
 	return dst, w
 }
+
+func (f *fakeHistory) HasOverflow() bool { return f.overflow.Count > 0 || f.retainedOverflow }
 
 func (f *fakeHistory) Evidence(cutoffNs, toNs int64) buckets.Evidence {
 	f.lastCut = cutoffNs

@@ -81,7 +81,10 @@ type SnapshotSummary struct {
 	ObservedPrefill      PhaseObservation `json:"observed_prefill"`
 	ObservedDecode       PhaseObservation `json:"observed_decode"`
 	ResidentDecodeKV     float64          `json:"resident_decode_kv"`
-	EstimateBuild        uint64           `json:"estimate_build"`
+	// PendingOutputTokens: the snapshot's pending output estimate (see
+	// Snapshot.PendingOutputTokens).
+	PendingOutputTokens float64 `json:"pending_output_tokens"`
+	EstimateBuild       uint64  `json:"estimate_build"`
 }
 
 // Decision is one controller step: the journal record. Every float in it
@@ -137,6 +140,7 @@ func roundJ(x float64) float64 {
 func (h HorizonDemand) rounded() HorizonDemand {
 	h.SpanS, h.Requests, h.RatePerS = roundJ(h.SpanS), roundJ(h.Requests), roundJ(h.RatePerS)
 	h.MeanInput, h.MeanInputSq, h.MeanOutput, h.DecodeCtx = roundJ(h.MeanInput), roundJ(h.MeanInputSq), roundJ(h.MeanOutput), roundJ(h.DecodeCtx)
+	h.FeasibleShare, h.FeasibleMeanInput, h.FeasibleMeanInputSq = roundJ(h.FeasibleShare), roundJ(h.FeasibleMeanInput), roundJ(h.FeasibleMeanInputSq)
 	return h
 }
 

@@ -36,8 +36,10 @@ type PersistedState struct {
 	LastMoveDir int               `json:"last_move_dir,omitempty"`
 	Engines     []PersistedEngine `json:"engines"`
 	Risks       []riskEvent       `json:"risks"`
-	// OutputsOverflowUntilNs: learned output discounts stay off until then.
-	OutputsOverflowUntilNs int64 `json:"outputs_overflow_until_ns"`
+	// OutputsOverflowUntilNs is no longer written or read: learned output
+	// discounts follow the retained outputs history itself. Kept so that
+	// older state files load.
+	OutputsOverflowUntilNs int64 `json:"outputs_overflow_until_ns,omitempty"`
 }
 
 const stateVersion = 1
@@ -50,7 +52,7 @@ func (c *Controller) State() PersistedState {
 	defer c.mu.Unlock()
 	st := PersistedState{Version: stateVersion, Seq: c.seq, LastMoveNs: c.lastMoveNs, LastMoveDir: c.lastMoveDir,
 		Confirm: PersistedConfirm{Dir: c.confirmDir, Count: c.confirmCount, Seq: c.confirmSeq},
-		Risks:   slices.Clone(c.risks), OutputsOverflowUntilNs: c.outOverflowUntil}
+		Risks:   slices.Clone(c.risks)}
 	for i := range c.engines {
 		e := &c.engines[i]
 		r := e.Role
@@ -81,7 +83,6 @@ func (c *Controller) Restore(st PersistedState) error {
 	}
 	c.lastMoveNs = max(c.lastMoveNs, st.LastMoveNs)
 	c.confirmDir, c.confirmCount, c.confirmSeq = st.Confirm.Dir, st.Confirm.Count, st.Confirm.Seq
-	c.outOverflowUntil = max(c.outOverflowUntil, st.OutputsOverflowUntilNs)
 	c.risks = append(c.risks[:0], st.Risks...)
 	if len(c.risks) > riskCap {
 		c.risks = c.risks[len(c.risks)-riskCap:]

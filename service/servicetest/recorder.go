@@ -80,8 +80,8 @@ func (r *Recorder) rec(m string, eng string, args ...int64) error {
 	return nil
 }
 
-func (r *Recorder) OfferStarted(nowNs int64)   { _ = r.rec("OfferStarted", "", nowNs) }
-func (r *Recorder) OfferAbandoned(nowNs int64) { _ = r.rec("OfferAbandoned", "", nowNs) }
+func (r *Recorder) OfferStarted(nowNs int64)         { _ = r.rec("OfferStarted", "", nowNs) }
+func (r *Recorder) OfferAbandoned(nowNs int64) error { return r.rec("OfferAbandoned", "", nowNs) }
 func (r *Recorder) OfferSized(arrivalNs, estInput, reqOutput int64) error {
 	return r.rec("OfferSized", "", arrivalNs, estInput, reqOutput)
 }

@@ -273,6 +273,15 @@ func (m *HistoryModel) Reprice(ts int64, from, to buckets.Shape) bool {
 			return false
 		}
 		b.overflow--
+		if b.cell(to, true) < 0 { // stays in the cohort: the boundary stands
+			b.add(to)
+			b.maxIn.lower(from.Input)
+			b.maxOut.lower(from.Output)
+			if from.Output == 0 && b.zeroN > 0 {
+				b.zeroN--
+			}
+			return true
+		}
 		inv := b.maxIn.lower(from.Input)
 		if b.maxOut.lower(from.Output) {
 			inv = true
