@@ -188,6 +188,25 @@ func newCalib(p Profile) *calibState {
 	return c
 }
 
+// learnPoint adds one measured point y for the terms phi to a phase's
+// system, unless it is an outlier (more than calibOutlier times off the
+// current prediction either way), and keeps the phase's sample count and
+// its exponentially weighted relative fit error.
+func learnPoint(r *rls, fitErr *float64, samples *int64, nowNs int64, phi [3]float64, y float64) {
+	pred := r.predict(phi)
+	if !(pred > 0 && y < calibOutlier*pred && y*calibOutlier > pred) { // also refuses NaN
+		return
+	}
+	e := math.Abs(pred-y) / y
+	if *samples == 0 {
+		*fitErr = e
+	} else {
+		*fitErr += calibErrEW * (e - *fitErr)
+	}
+	r.add(nowNs, phi, y)
+	*samples++
+}
+
 // observe learns one interval and returns the recalibrated profile.
 func (cs *calibState) observe(nowNs int64, li *LatencyInterval) Profile {
 	b := &cs.base
@@ -199,31 +218,11 @@ func (cs *calibState) observe(nowNs int64, li *LatencyInterval) Profile {
 			x2 = x * x
 		}
 		phi := [3]float64{b.Prefill.A, b.Prefill.B * x, b.Prefill.C * x2}
-		y := li.PrefillSeconds / n
-		if pred := cs.pre.predict(phi); pred > 0 && y < calibOutlier*pred && y*calibOutlier > pred {
-			e := math.Abs(pred-y) / y
-			if cs.stats.PrefillSamples == 0 {
-				cs.stats.PrefillFitError = e
-			} else {
-				cs.stats.PrefillFitError += calibErrEW * (e - cs.stats.PrefillFitError)
-			}
-			cs.pre.add(nowNs, phi, y)
-			cs.stats.PrefillSamples++
-		}
+		learnPoint(&cs.pre, &cs.stats.PrefillFitError, &cs.stats.PrefillSamples, nowNs, phi, li.PrefillSeconds/n)
 	}
 	if b.HasDecode && li.DecodeCount >= 1 && li.DecodeSeconds > 0 && li.DecodeBatch > 0 {
 		phi := [3]float64{b.Decode.A, b.Decode.PerSeq * li.DecodeBatch, b.Decode.PerCtxToken * li.DecodeCtxTokens}
-		y := li.DecodeSeconds / li.DecodeCount
-		if pred := cs.dec.predict(phi); pred > 0 && y < calibOutlier*pred && y*calibOutlier > pred {
-			e := math.Abs(pred-y) / y
-			if cs.stats.DecodeSamples == 0 {
-				cs.stats.DecodeFitError = e
-			} else {
-				cs.stats.DecodeFitError += calibErrEW * (e - cs.stats.DecodeFitError)
-			}
-			cs.dec.add(nowNs, phi, y)
-			cs.stats.DecodeSamples++
-		}
+		learnPoint(&cs.dec, &cs.stats.DecodeFitError, &cs.stats.DecodeSamples, nowNs, phi, li.DecodeSeconds/li.DecodeCount)
 	}
 	cs.stats.PrefillScale, cs.stats.DecodeScale = cs.pre.theta, cs.dec.theta
 	p := *b
