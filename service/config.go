@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -39,8 +41,9 @@ type Config struct {
 	HTTP    HTTPConfig   `yaml:"http" json:"http"`
 	Events  EventsConfig `yaml:"events" json:"events"`
 	Agents  AgentsConfig `yaml:"agents" json:"agents"`
-	Engines []EngineSeed `yaml:"engines" json:"engines"`
-	Core    coreConfig   `yaml:"core" json:"core"`
+	Journal JournalConfig `yaml:"journal" json:"journal"`
+	Engines []EngineSeed  `yaml:"engines" json:"engines"`
+	Core    coreConfig    `yaml:"core" json:"core"`
 	// Kubernetes runs the replica as one of N behind a Lease (see
 	// KubernetesConfig and kube.go).
 	Kubernetes KubernetesConfig `yaml:"kubernetes" json:"kubernetes"`
@@ -94,6 +97,23 @@ type AgentsConfig struct {
 	SweepS float64 `yaml:"sweep_s" json:"sweep_s"`
 }
 
+// JournalConfig: the decision journal in data_dir (see
+// controller.OpenJournal).
+type JournalConfig struct {
+	// MaxSegmentBytes: the journal is rotated before a record would take
+	// the active file past this size.
+	MaxSegmentBytes int64 `yaml:"max_segment_bytes" json:"max_segment_bytes"`
+	// KeepSegments: rotated journal files retained.
+	KeepSegments int `yaml:"keep_segments" json:"keep_segments"`
+	// RetryS: how often failed journal writes and state saves are retried.
+	RetryS float64 `yaml:"retry_s" json:"retry_s"`
+}
+
+func (j JournalConfig) options(ring int, logger *slog.Logger) controller.JournalOptions {
+	return controller.JournalOptions{MaxBytes: j.MaxSegmentBytes, Keep: j.KeepSegments, Ring: ring,
+		RetryEvery: time.Duration(j.RetryS * float64(time.Second)), Logger: logger}
+}
+
 // EngineSeed is a static engine registered at start (clusters without
 // agents, demos, tests).
 type EngineSeed struct {
@@ -127,6 +147,7 @@ func DefaultConfig() Config {
 			MaxFutureS: float64(l.MaxFutureNs) / 1e9, MaxRequestS: float64(l.MaxRequestNs) / 1e9,
 		},
 		Agents:     AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1},
+		Journal:    JournalConfig{MaxSegmentBytes: 32 << 20, KeepSegments: 8, RetryS: 1},
 		Core:       defaultCoreConfig(),
 		Kubernetes: defaultKubernetesConfig(),
 	}
@@ -221,6 +242,9 @@ func (c *Config) Validate() error {
 			bad("%s must be <= %d, got %v", f.n, maxSpanS, f.v)
 		}
 	}
+	posInt("journal.max_segment_bytes", c.Journal.MaxSegmentBytes)
+	posInt("journal.keep_segments", int64(c.Journal.KeepSegments))
+	pos("journal.retry_s", c.Journal.RetryS)
 	pos("agents.stale_after_s", c.Agents.StaleAfterS)
 	pos("agents.sweep_s", c.Agents.SweepS)
 	seen := map[string]bool{}

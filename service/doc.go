@@ -70,10 +70,15 @@
 // `core: {step_s: 1}`, NARWHAL_CORE_STEP_S=1 or --core.step_s=1. The core
 // section is the facade's core.Config. Validation errors name the field by
 // its path, the value and the rule ("core.step_s must be > 0 and <=
-// 31536000, got -1"). data_dir holds journal.jsonl (every decision, one
-// JSON object per line, reloaded at start so sequence numbers and
-// /v1/decisions continue) and state.json (the controller state, saved
-// after every step and at shutdown, restored at start).
+// 31536000, got -1"). data_dir holds the decision journal, a write-ahead
+// log (journal.jsonl, rotated past journal.max_segment_bytes into
+// journal-<seq>.jsonl, journal.keep_segments kept), and state.json, a
+// checkpoint carrying the journal sequence it includes (see
+// controller.OpenJournal): after any crash the state is the checkpoint
+// plus the journal records after it. A failing journal write or
+// checkpoint is retried every journal.retry_s and fails /readyz until it
+// succeeds (narwhal_journal_write_errors_total,
+// narwhal_state_save_errors_total).
 //
 // # Kubernetes (kubernetes.enabled)
 //

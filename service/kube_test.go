@@ -123,7 +123,7 @@ func TestKubeTwoReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &replica{name: name, srv: srv, kube: k, core: srv.core.(*core.Core), done: make(chan error, 1)}
+		r := &replica{name: name, srv: srv, kube: k, core: srv.core.(*DurableCore).Core, done: make(chan error, 1)}
 		proxy.mu.Lock()
 		proxy.addrs[name] = srv.Addr().String()
 		proxy.mu.Unlock()

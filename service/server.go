@@ -134,6 +134,9 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	cs = append(cs, s.metrics.collectors()...)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
+	if jc, ok := c.(journaled); ok {
+		cs = append(cs, jc.JournalCollectors()...)
+	}
 	cs = append(cs, s.extraCollectors...)
 	for _, col := range cs {
 		if err := s.prom.Register(col); err != nil {
@@ -403,7 +406,20 @@ func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"decisions": ds})
 }
 
+// journaled is a Core with a data directory (*DurableCore).
+type journaled interface {
+	JournalHealth() error
+	JournalCollectors() []prometheus.Collector
+}
+
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if jc, ok := s.core.(journaled); ok {
+		if err := jc.JournalHealth(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready",
+				"reason": "persistence failing (retried): " + err.Error()})
+			return
+		}
+	}
 	if !s.cfg.Agents.Required {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "reason": "running without agents (agents.required=false)"})
 		return

@@ -366,6 +366,33 @@
 // (last_move_dir), so a restart keeps the stricter confirmation of a
 // reversal.
 //
+// # Journal and checkpoint (OpenJournal)
+//
+// The Journal is a write-ahead log: each Decision is one JSON line,
+// written and fsynced inside Step before its moves reach the actuator.
+// state.json is a checkpoint carrying the sequence of the last record it
+// includes, saved in the background after each durable record and never
+// ahead of the journal; Apply replays a record (roles, last move times,
+// cooldown clock and direction, confirmation). After any crash the state
+// is the checkpoint plus the records after it, so a move journalled
+// before a kill is never undone or issued again. Risk events and the
+// output-discount lock-out are not in the records: they come from the
+// checkpoint (advisory, at most one step old). Choices: one sequence for
+// both files; a torn tail (a record without its newline or not a whole
+// JSON object) is cut off when the journal opens; a failed write is cut
+// back to the last whole record and retried with the records after it
+// (in order, up to MaxPending in memory), counted
+// (narwhal_journal_write_errors_total), logged once per change of error
+// and reported by Healthy; the active file is renamed to
+// journal-<first seq>.jsonl past MaxBytes (the directory fsynced), Keep
+// rotated files are retained (never one the checkpoint does not cover),
+// and opening reads only the files that hold the checkpoint's successors
+// or the last Ring records. The rotation is hand-written rather than
+// lumberjack's, which can neither fsync nor cut back a partial write. A
+// missing, empty or torn state.json falls back to replaying the retained
+// journal; an impossible one (unknown role, a time in the future) is an
+// error naming the field.
+//
 // # Concurrency and allocation
 //
 // All methods are safe for concurrent use; one mutex guards the engine
