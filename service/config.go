@@ -36,11 +36,11 @@ type Config struct {
 	DataDir  string `yaml:"data_dir" json:"data_dir"`
 	LogLevel string `yaml:"log_level" json:"log_level"`
 
-	Auth    AuthConfig   `yaml:"auth" json:"auth"`
-	TLS     TLSConfig    `yaml:"tls" json:"tls"`
-	HTTP    HTTPConfig   `yaml:"http" json:"http"`
-	Events  EventsConfig `yaml:"events" json:"events"`
-	Agents  AgentsConfig `yaml:"agents" json:"agents"`
+	Auth    AuthConfig    `yaml:"auth" json:"auth"`
+	TLS     TLSConfig     `yaml:"tls" json:"tls"`
+	HTTP    HTTPConfig    `yaml:"http" json:"http"`
+	Events  EventsConfig  `yaml:"events" json:"events"`
+	Agents  AgentsConfig  `yaml:"agents" json:"agents"`
 	Journal JournalConfig `yaml:"journal" json:"journal"`
 	Engines []EngineSeed  `yaml:"engines" json:"engines"`
 	Core    coreConfig    `yaml:"core" json:"core"`

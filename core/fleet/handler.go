@@ -42,6 +42,7 @@ func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.H
 		req.Body = http.MaxBytesReader(w, req.Body, maxBody)
 		var b wire.Batch
 		dec := json.NewDecoder(req.Body)
+		dec.DisallowUnknownFields() // like events: a misspelt field must not drop data silently
 		if err := dec.Decode(&b); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -72,20 +73,20 @@ func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.H
 }
 
 func (r *Registry) applyBatch(nowNs int64, b *wire.Batch) wire.Ack {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var ack wire.Ack
 	for i := range b.Reports {
 		rep := &b.Reports[i]
-		if err := r.applyLocked(nowNs, rep); err != nil {
+		if err := r.apply(nowNs, rep); err != nil {
 			ack.Rejected = append(ack.Rejected, wire.Rejection{Seq: rep.Seq, Reason: err.Error()})
 			continue
 		}
 		ack.Accepted++
 	}
 	if len(b.Reports) > 0 {
-		if n := r.nodes[b.Reports[len(b.Reports)-1].Node]; n != nil {
+		if n, ok := r.nodes.Load(b.Reports[len(b.Reports)-1].Node); ok {
+			n.mu.Lock()
 			ack.Epoch, ack.LastSeq = n.epoch, n.lastSeq
+			n.mu.Unlock()
 		}
 	}
 	return ack
