@@ -3,14 +3,14 @@
 //
 // # Endpoints
 //
-//	POST /v1/events         NDJSON lifecycle events (bearer token)
-//	POST /v1/agent/reports  core/wire batches from narwhal-agent (bearer token; core/fleet)
+//	POST /v1/events         NDJSON lifecycle events (routers' bearer token, auth.token)
+//	POST /v1/agent/reports  core/wire batches from narwhal-agent (agents' bearer token, auth.agent_token; core/fleet)
 //	GET  /v1/roles          the role table
 //	GET  /v1/state          the facade's State(now)
 //	GET  /v1/decisions      the journal: ?since=<seq> (exclusive) &limit=1..1000 (default 100)
 //	GET  /metrics           Prometheus: the core's collectors, narwhal_fleet_*, narwhal_http_*, Go and process
 //	GET  /healthz           the process is up
-//	GET  /readyz            fresh agent data, or agents.required=false
+//	GET  /readyz            journal and checkpoint writing, and fresh agent data (or agents.required=false)
 //	POST /v1/demand/deltas  with kubernetes.enabled: routers' demand deltas (bearer token; 409 on a follower)
 //
 // pprof is served only on admin_listen (off by default), never on the API
@@ -107,6 +107,28 @@
 //   - Static engines (engines:) and data_dir still work, but the engines
 //     normally come from pods and the state from the ConfigMap (the
 //     ConfigMap's state wins when a term starts).
+//
+// # Limits and credentials
+//
+// Defaults fit the shipped 1 Gi memory limit (measured in
+// benchmarks/README.md): http.max_connections=4096 open connections (one
+// beyond is answered 503 and closed at once; lowered at start to keep 256
+// descriptors of RLIMIT_NOFILE for the journal and checkpoint, so
+// persistence keeps working however many clients connect);
+// http.max_inflight_body_bytes=128 MiB of write bodies read at once (each
+// request reserves its Content-Length, or max_body_bytes=8 MiB when
+// unknown, after authentication; one that does not fit gets 503 with
+// Retry-After: 1 and nothing is applied); http.idle_timeout_s=30 for idle
+// keep-alive connections. Routers and agents hold different tokens
+// (auth.token, auth.agent_token; they must differ): the routers' token
+// cannot overwrite an engine's KV capacity or liveness, and the agents'
+// token cannot write events. A token comes from auth.*_file or the
+// environment (NARWHAL_AUTH_TOKEN, NARWHAL_AUTH_AGENT_TOKEN); a flag
+// carrying one is refused (it would show in the process list). The
+// Bearer scheme is matched case-insensitively. agents.max_nodes=4096 and
+// agents.max_engines=16384 bound the registry; a node silent for
+// agents.forget_after_s=600 is forgotten; an epoch more than
+// agents.max_epoch_ahead_s=600 ahead of the core's clock is refused.
 //
 // # Choices where the spec is silent
 //
