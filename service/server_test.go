@@ -16,7 +16,7 @@ import (
 const (
 	testToken      = "s3cret-token"
 	testAgentToken = "agent-s3cret"
-	testNow   = int64(1_800_000_000e9)
+	testNow        = int64(1_800_000_000e9)
 )
 
 func testConfig() Config {

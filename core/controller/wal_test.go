@@ -239,12 +239,15 @@ func TestCheckpointNeverAheadOfJournal(t *testing.T) {
 	fsys := &faultFS{}
 	j, _ := openJ(t, dir, JournalOptions{FS: fsys, RetryEvery: time.Hour})
 	defer j.Close()
+	var mu sync.Mutex
 	st := PersistedState{Version: stateVersion}
-	j.SetStateSource(func() PersistedState { return st })
+	j.SetStateSource(func() PersistedState { mu.Lock(); defer mu.Unlock(); return st })
 	fsys.setFull(true)
 	d := rec(1, "e1", RolePrefill)
 	_ = j.Write(d)
+	mu.Lock()
 	st.Apply(d)
+	mu.Unlock()
 	if err := j.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,11 +261,12 @@ func TestCheckpointNeverAheadOfJournal(t *testing.T) {
 // checkpoint covers the rest).
 func TestJournalRotatesAndStartupReadsOnlyWhatItNeeds(t *testing.T) {
 	dir := t.TempDir()
+	var mu sync.Mutex
 	st := PersistedState{Version: stateVersion}
 	// A hold record is about 1.7 KB: four records a segment.
 	o := JournalOptions{MaxBytes: 8 << 10, Keep: 3, Ring: 1, RetryEvery: time.Hour}
 	j, _ := openJ(t, dir, o)
-	j.SetStateSource(func() PersistedState { return st })
+	j.SetStateSource(func() PersistedState { mu.Lock(); defer mu.Unlock(); return st })
 	for s := uint64(1); s <= 200; s++ {
 		d := rec(s, "", 0)
 		if s%50 == 0 {
@@ -271,7 +275,9 @@ func TestJournalRotatesAndStartupReadsOnlyWhatItNeeds(t *testing.T) {
 		if err := j.Write(d); err != nil {
 			t.Fatal(err)
 		}
+		mu.Lock()
 		st.Apply(d)
+		mu.Unlock()
 		if err := j.Checkpoint(); err != nil {
 			t.Fatal(err)
 		}
