@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/fleet"
 	"github.com/narwhal-io/narwhal/core/wire"
+	"github.com/narwhal-io/narwhal/service"
 )
 
 // applier is the part of both registries the benchmarks call.
@@ -30,7 +32,9 @@ func fleetCore(b *testing.B) *core.Core {
 // sends reports of its own nodes (heartbeats, or snapshots of 8 engines)
 // in parallel, as agents do.
 func benchFleet(b *testing.B, r applier, kind wire.Kind) {
-	const nodes, per = 512, 8
+	const per = 8
+	procs := runtime.GOMAXPROCS(0)
+	nodes := 256 * procs
 	reps := make([]*wire.Report, nodes)
 	for n := range nodes {
 		var es []wire.EngineReport
@@ -105,12 +109,18 @@ func BenchmarkFleetFresh(b *testing.B) {
 // BenchmarkFleetRegister256At30k: registering 256 new engines with 30,000
 // already known to the core (issue 16: 4.8 s under the old lock).
 func BenchmarkFleetRegister256At30k(b *testing.B) {
-	run := func(b *testing.B, mk func(c *core.Core) applier) {
-		c := fleetCore(b)
+	run := func(b *testing.B, mk func(c *service.DurableCore) applier) {
+		cfg := service.DefaultConfig()
+		c, err := service.NewCore(cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ks []controller.Engine
 		for i := range 30000 {
-			if err := c.UpsertEngine(controller.Engine{ID: fmt.Sprintf("k%d", i), Node: "k", Role: controller.RoleDecode, Live: true}); err != nil {
-				b.Fatal(err)
-			}
+			ks = append(ks, controller.Engine{ID: fmt.Sprintf("k%d", i), Node: "k", Role: controller.RoleDecode, Live: true})
+		}
+		if err := c.UpsertEngines(ks); err != nil {
+			b.Fatal(err)
 		}
 		r := mk(c)
 		round := 0
@@ -128,9 +138,11 @@ func BenchmarkFleetRegister256At30k(b *testing.B) {
 		}
 	}
 	b.Run("xsync", func(b *testing.B) {
-		run(b, func(c *core.Core) applier {
+		run(b, func(c *service.DurableCore) applier {
 			return fleet.NewRegistry(c, 15e9, nil, fleet.WithLimits(fleet.Limits{MaxEngines: 1 << 22}))
 		})
 	})
-	b.Run("mutex-baseline", func(b *testing.B) { run(b, func(c *core.Core) applier { return newMutexRegistry(c, 15e9, nil) }) })
+	b.Run("mutex-baseline", func(b *testing.B) {
+		run(b, func(c *service.DurableCore) applier { return newMutexRegistry(c.Core, 15e9, nil) })
+	})
 }

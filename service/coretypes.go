@@ -39,6 +39,12 @@ type DurableCore struct {
 	Journal *controller.Journal
 }
 
+// UpsertEngines registers several engines with one role-table rebuild
+// (the fleet registry batches a snapshot's new engines).
+func (d *DurableCore) UpsertEngines(es []controller.Engine) error {
+	return d.Controller().UpsertEngines(es)
+}
+
 // JournalHealth is nil while journal writes and state checkpoints
 // succeed (always nil without a data directory).
 func (d *DurableCore) JournalHealth() error {

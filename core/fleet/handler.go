@@ -15,8 +15,9 @@ const DefaultMaxBody = 4 << 20
 
 // Handler returns the ingest endpoint (POST a wire.Batch, answered with a
 // wire.Ack). Answers: 200 when at least one report was applied; 409 when
-// every report was stale or replayed (the agent must not resend them); 400
-// malformed JSON or an invalid report (nothing applied); 401 bad or missing
+// every report was refused (stale or future epoch, replay, registry full:
+// the agent must not resend them, and treats it as a failure); 400
+// malformed JSON, an unknown field or an invalid report (nothing applied); 401 bad or missing
 // token; 405 not POST; 413 body over maxBody; 415 not JSON. An empty token
 // disables authentication. now gives the core's clock in Unix ns.
 func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.Handler {

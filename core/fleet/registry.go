@@ -256,6 +256,7 @@ func (r *Registry) applyNode(nowNs int64, n *nodeRec, rep *wire.Report) error {
 		r.dropUnlisted(rep.Node, n, nowNs, listed)
 	case wire.KindSnapshot:
 		listed := make(map[string]bool, len(rep.Snapshot.Engines))
+		r.registerNew(rep.Node, n, rep.Snapshot.Engines)
 		for i := range rep.Snapshot.Engines {
 			e := &rep.Snapshot.Engines[i]
 			if owner, ok := r.owner.Load(e.ID); ok && owner != rep.Node {
@@ -328,6 +329,56 @@ func (r *Registry) applyEngine(node string, n *nodeRec, nowNs int64, e *wire.Eng
 		r.log.Debug("kv limit disagreement", "node", node, "engine", e.ID, "detail", e.KVDisagreement)
 	}
 	r.update(e.ID, nowNs, rec)
+}
+
+// batchUpserter is implemented by sinks that register several engines
+// with one role-table rebuild (service.DurableCore).
+type batchUpserter interface {
+	UpsertEngines(es []controller.Engine) error
+}
+
+// registerNew registers, in one batch, the engines of a snapshot this
+// node does not have yet and nobody fresh owns (within MaxEngines); the
+// per-engine pass then finds them registered. Without a batch-capable
+// sink, or when the batch is refused, the per-engine pass registers them
+// one by one. Caller holds n.mu.
+func (r *Registry) registerNew(node string, n *nodeRec, es []wire.EngineReport) {
+	bu, ok := r.sink.(batchUpserter)
+	if !ok {
+		return
+	}
+	var batch []controller.Engine
+	var ids []int
+	room := int64(r.lim.MaxEngines) - r.nEng.Load()
+	for i := range es {
+		e := &es[i]
+		if n.engines[e.ID] != nil {
+			continue
+		}
+		if owner, ok := r.owner.Load(e.ID); ok && owner != node {
+			continue // the per-engine pass judges takeovers
+		}
+		if int64(len(batch)) >= room {
+			break
+		}
+		role := e.Role
+		if r.sinkKnows(e.ID) {
+			role = controller.RoleNone
+		}
+		batch = append(batch, controller.Engine{ID: e.ID, Node: node, Model: e.Model, GPU: e.GPU, Role: role,
+			State: controller.StateServing, Live: e.Live, KVCapacityTokens: e.KVCapacityTokens, Resident: e.Resident})
+		ids = append(ids, i)
+	}
+	if len(batch) < 2 || bu.UpsertEngines(batch) != nil {
+		return
+	}
+	for _, i := range ids {
+		e := &es[i]
+		if _, loaded := r.owner.LoadAndStore(e.ID, node); !loaded {
+			r.nEng.Add(1)
+		}
+		n.engines[e.ID] = &engineRec{model: e.Model, gpu: e.GPU}
+	}
 }
 
 // roleTabler is implemented by sinks with a role table (*core.Core): an
