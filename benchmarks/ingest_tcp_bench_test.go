@@ -67,4 +67,6 @@ func BenchmarkEventsIngestTCP(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
+	b.StopTimer() // the server's graceful shutdown is not ingest
+	client.CloseIdleConnections()
 }
