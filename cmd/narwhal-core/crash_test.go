@@ -21,9 +21,11 @@ import (
 var crashKills = flag.Int("crash.kills", 12, "SIGKILLs in TestCrashRecoveryUnderSIGKILL (issue 16 acceptance: 50)")
 
 type crashRec struct {
-	Seq   uint64 `json:"seq"`
-	AtNs  int64  `json:"at_ns"`
-	Moves []struct {
+	Seq     uint64 `json:"seq"`
+	AtNs    int64  `json:"at_ns"`
+	Reason  string `json:"reason"`
+	Blocked string `json:"blocked_gate"`
+	Moves   []struct {
 		EngineID string `json:"engine_id"`
 		From     string `json:"from"`
 		To       string `json:"to"`
@@ -78,10 +80,19 @@ func TestCrashRecoveryUnderSIGKILL(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	data := filepath.Join(dir, "data")
-	const cooldownS, dwellS = 3, 3
-	initial := map[string]string{"e1": "prefill", "e2": "prefill", "e3": "prefill", "e4": "prefill", "e5": "decode"}
+	const cooldownS, dwellS = 2, 2
+	// Ten prefill engines and one decode engine under decode-heavy load:
+	// the controller keeps moving engines to decode, one per cooldown.
+	initial := map[string]string{}
+	var ids []string
+	for i := 1; i <= 11; i++ {
+		id := fmt.Sprintf("e%02d", i)
+		ids = append(ids, id)
+		initial[id] = "prefill"
+	}
+	initial["e11"] = "decode"
 	var eng strings.Builder
-	for _, id := range []string{"e1", "e2", "e3", "e4", "e5"} {
+	for _, id := range ids {
 		fmt.Fprintf(&eng, "  - {id: %s, node: n1, model: facebook/opt-13b, gpu: A100-80GB, role: %s, kv_capacity_tokens: 66144}\n", id, initial[id])
 	}
 	cfgPath := filepath.Join(dir, "core.yaml")
@@ -128,14 +139,20 @@ engines:
 				t.Fatalf("run %d: after restart %s is %s; the journal's replay (%d records) says %s", run, e.ID, e.Role, len(recs), want[e.ID])
 			}
 		}
-		// Load until a random moment, then SIGKILL.
-		killAt := time.Now().Add(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		// Load until a random moment, then SIGKILL. The load turns from
+		// decode-heavy (short prompts, long outputs) to prefill-heavy
+		// every 5 runs, so that moves go both ways.
+		in, out := 100, 512
+		if (run/8)%2 == 1 {
+			in, out = 6000, 8
+		}
+		killAt := time.Now().Add(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
 		for time.Now().Before(killAt) {
 			var b strings.Builder
 			now := time.Now().UnixNano()
-			for r := 0; r < 4; r++ {
+			for r := 0; r < 12; r++ {
 				a := now + int64(r)*1e6
-				fmt.Fprintf(&b, "{\"type\":\"offer_started\",\"ts_ns\":%d}\n{\"type\":\"sized\",\"ts_ns\":%d,\"est_input_tokens\":100,\"requested_output_tokens\":512}\n", a, a)
+				fmt.Fprintf(&b, "{\"type\":\"offer_started\",\"ts_ns\":%d}\n{\"type\":\"sized\",\"ts_ns\":%d,\"est_input_tokens\":%d,\"requested_output_tokens\":%d}\n", a, a, in, out)
 			}
 			req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/events", strings.NewReader(b.String()))
 			req.Header.Set("Authorization", "Bearer "+restartToken)
@@ -207,6 +224,11 @@ engines:
 			t.Fatalf("record %d seen through /v1/decisions before a kill differs in the journal:\n api     %s\n journal %s", seq, s, b[seq])
 		}
 	}
+	why := map[string]int{}
+	for _, r := range recs {
+		why[r.Blocked+"|"+r.Reason]++
+	}
+	t.Logf("decisions by blocked gate|reason: %v", why)
 	if moves == 0 {
 		t.Fatalf("no move in %d records over %d kills: the run must make moves", len(recs), *crashKills)
 	}
