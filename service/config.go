@@ -413,6 +413,10 @@ func Usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: narwhal-core [--config FILE] [--SETTING VALUE ...]\n\n")
 	fmt.Fprintf(w, "  --config FILE  (env NARWHAL_CONFIG) YAML configuration file\n")
 	for _, s := range settings(&cfg) {
+		if s.path == "auth.token" || s.path == "auth.agent_token" {
+			fmt.Fprintf(w, "  %s  (env %s or %s_file; never a flag)\n", s.path, s.env(), s.path)
+			continue
+		}
 		fmt.Fprintf(w, "  --%s  (env %s) default %v\n", s.path, s.env(), s.v.Interface())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,4 +239,19 @@ func (f *fullFile) WriteAt(b []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("write: %w", syscall.ENOSPC)
 	}
 	return f.File.WriteAt(b, off)
+}
+
+// Issue 16 defect 10: the Authorization scheme is case-insensitive
+// (RFC 9110 section 11.1): "bearer" and "BEARER" carry the token too.
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	s := newTestServer(t, testConfig(), newRealCore(t, "e1"))
+	for _, scheme := range []string{"bearer", "BEARER", "Bearer"} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`, testNow)))
+		req.Header.Set("Authorization", scheme+" "+testToken)
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("scheme %q: %d %s; want 200", scheme, rec.Code, rec.Body.String())
+		}
+	}
 }
