@@ -359,7 +359,8 @@
 // allocations. A moving engine is draining (in neither list) until
 // MoveDone. DryRun, the default actuator, completes moves at once. An
 // engine upserted without a role takes its restored role, else the role
-// with fewer engines. PersistedState (roles, last move times, pending
+// with fewer engines. UpsertEngines registers a batch with one role-table
+// rebuild (an agent's snapshot of new engines). PersistedState (roles, last move times, pending
 // confirmation, risk events, sequence) is written atomically by SaveState
 // (temp file, fsync, rename); an engine mid-move is saved in its target
 // role. The direction of the last move is saved with it

@@ -311,8 +311,10 @@ func (j *Journal) readFile(name string) ([]byte, error) {
 }
 
 // splitRecords returns the whole records of b (newline-terminated lines
-// that are JSON objects with a seq) and the length of the prefix they
-// make; whatever follows the last good record is a torn tail.
+// that are JSON objects with a seq) and the length of the prefix that
+// ends with the last of them; whatever follows is a torn tail. A bad line
+// before a good one (a fragment an older version glued to the next
+// record) is skipped, never cut: the records after it stay.
 func splitRecords(b []byte) (lines [][]byte, good int64) {
 	for off := 0; off < len(b); {
 		nl := bytes.IndexByte(b[off:], '\n')
@@ -320,11 +322,11 @@ func splitRecords(b []byte) (lines [][]byte, good int64) {
 			break
 		}
 		l := b[off : off+nl]
+		off += nl + 1
 		if !json.Valid(l) || lineSeq(l) == 0 {
-			break
+			continue
 		}
 		lines = append(lines, l)
-		off += nl + 1
 		good = int64(off)
 	}
 	return lines, good

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -136,6 +137,20 @@ func TestJournalTornTailIsTruncatedOnOpen(t *testing.T) {
 	}
 	if r.State.Seq != 4 || len(r.State.Engines) != 1 || r.State.Engines[0].Role != RolePrefill {
 		t.Fatalf("replayed state %+v; want seq 4 with e1 in prefill", r.State)
+	}
+}
+
+// A journal written before issue 16 may hold a fragment glued to the
+// next record in its middle: opening skips that line and keeps the
+// records after it (only a tail is ever cut).
+func TestJournalKeepsRecordsAfterAnOldGluedLine(t *testing.T) {
+	dir := t.TempDir()
+	line := func(d *Decision) string { b, _ := json.Marshal(d); return string(b) + "\n" }
+	glued := `{"seq":2,"at_ns` + line(rec(3, "", 0))
+	os.WriteFile(filepath.Join(dir, JournalActive), []byte(line(rec(1, "", 0))+glued+line(rec(4, "e1", RolePrefill))+`{"seq":5,`), 0o644)
+	_, r := openJ(t, dir, JournalOptions{})
+	if got := fmt.Sprint(seqs(r.History)); got != "[1 4]" || r.State.Seq != 4 || r.Truncated != int64(len(`{"seq":5,`)) {
+		t.Fatalf("history %s, state seq %d, truncated %d; want [1 4], 4 and only the torn tail", got, r.State.Seq, r.Truncated)
 	}
 }
 
