@@ -463,6 +463,9 @@ func (a *Agent) Health(nowNs int64) Health {
 		if h.Stream.LastAckNs == 0 || nowNs-h.Stream.LastAckNs > stale {
 			h.Problems = append(h.Problems, "core has not acknowledged within stale_after_s")
 		}
+		if h.Stream.Refused != "" {
+			h.Problems = append(h.Problems, "core refused the last batch ("+h.Stream.Refused+")")
+		}
 	}
 	h.OK = len(h.Problems) == 0
 	return h

@@ -57,7 +57,8 @@ func startCore(t *testing.T, now func() int64, mod func(*service.Config)) (*serv
 	}
 	cfg := service.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	cfg.Auth.Token = "s3cret"
+	cfg.Auth.Token = "router-s3cret"
+	cfg.Auth.AgentToken = "s3cret"
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -57,6 +57,10 @@ type Streamer struct {
 	lastAckNs  int64
 	failures   int
 	lastErr    string
+	// refusal: the core's last answer refused the whole batch (4xx
+	// settled: 409 every report stale or replayed, 400, 413); cleared by
+	// the next 200.
+	refusal string
 
 	sent    *prometheus.CounterVec
 	drops   prometheus.Counter
@@ -168,6 +172,9 @@ type StreamStatus struct {
 	LastAckNs int64  `json:"last_ack_ns"`
 	Failures  int    `json:"consecutive_failures"`
 	LastError string `json:"last_error,omitempty"`
+	// Refused: the core refused the last batch as a whole (e.g. "409:
+	// stale epoch"); empty once a batch is accepted.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Status returns the streamer's position.
@@ -175,7 +182,7 @@ func (s *Streamer) Status() StreamStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return StreamStatus{Epoch: s.cfg.Epoch, Seq: s.seq, Queued: len(s.queue), Dropped: s.dropped,
-		LastAckNs: s.lastAckNs, Failures: s.failures, LastError: s.lastErr}
+		LastAckNs: s.lastAckNs, Failures: s.failures, LastError: s.lastErr, Refused: s.refusal}
 }
 
 // Run sends until ctx ends: whenever reports are queued, and a heartbeat
@@ -258,8 +265,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 var errPermanent = errors.New("agent: core refused the batch permanently")
 
 // sendOnce posts the oldest queued reports. On an answer that settles
-// them (2xx, 409 stale/replayed, 400/413 refused) they leave the queue;
-// on anything else they stay and an error is returned.
+// them (200, 409 all refused, 400/413 refused) they leave the queue; on
+// anything else they stay and an error is returned. Only 200 is an
+// acknowledgement: a settled refusal is logged, counted
+// (narwhal_agent_stream_errors_total by status) and shown in /healthz
+// until a batch is accepted.
 func (s *Streamer) sendOnce(ctx context.Context) error {
 	s.mu.Lock()
 	n := min(len(s.queue), maxBatch)
@@ -291,13 +301,28 @@ func (s *Streamer) sendOnce(ctx context.Context) error {
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	settled := true
+	refusal := ""
 	switch {
-	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusConflict:
+	case resp.StatusCode == http.StatusOK:
 		var ack wire.Ack
 		if json.Unmarshal(msg, &ack) == nil && len(ack.Rejected) > 0 {
 			s.cfg.Logger.Debug("core refused some reports", "rejected", len(ack.Rejected), "first", ack.Rejected[0].Reason)
 		}
+	case resp.StatusCode == http.StatusConflict:
+		// Every report refused (stale epoch, epoch ahead of the core's
+		// clock, replay, registry full): resending cannot help, but the
+		// core is not taking this agent's data, which is a failure.
+		var ack wire.Ack
+		reason := strings.TrimSpace(string(msg))
+		if json.Unmarshal(msg, &ack) == nil && len(ack.Rejected) > 0 {
+			reason = ack.Rejected[0].Reason
+		}
+		refusal = fmt.Sprintf("%d: %s", resp.StatusCode, reason)
+		s.errs.WithLabelValues(fmt.Sprint(resp.StatusCode)).Inc()
+		s.cfg.Logger.Error("core refused every report of a batch; dropping it", "status", resp.StatusCode,
+			"reports", n, "reason", reason, "err", errPermanent)
 	case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusRequestEntityTooLarge:
+		refusal = fmt.Sprintf("%d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
 		s.errs.WithLabelValues(fmt.Sprint(resp.StatusCode)).Inc()
 		s.cfg.Logger.Error("core refused a batch; dropping it", "status", resp.StatusCode,
 			"reports", n, "body", strings.TrimSpace(string(msg)), "err", errPermanent)
@@ -320,7 +345,8 @@ func (s *Streamer) sendOnce(ctx context.Context) error {
 	s.queue = append(s.queue[:0], s.queue[i:]...)
 	now := s.cfg.Now()
 	s.lastSendNs = now
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusConflict {
+	s.refusal = refusal
+	if resp.StatusCode == http.StatusOK {
 		s.lastAckNs = now
 	}
 	if s.failures > 0 {

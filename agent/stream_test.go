@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/narwhal-io/narwhal/core/wire"
 )
@@ -142,5 +145,53 @@ func TestStreamerDropsRefusedBatchAndHeartbeats(t *testing.T) {
 	<-done
 	if k := rec.kinds(); k[0] != wire.KindHeartbeat {
 		t.Fatalf("unexpected first accepted report; got %v; want heartbeat (the refused snapshot dropped)", k)
+	}
+}
+
+// Issue 16 defect 3: a 409 (every report refused: stale or future epoch,
+// replay) is a failure, not an acknowledgement: it is counted, shown in
+// the stream status that /healthz reports, and cleared by the next 200.
+func TestConflictAnswerIsAFailureNotAnAck(t *testing.T) {
+	var mu sync.Mutex
+	code := http.StatusConflict
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		c := code
+		mu.Unlock()
+		w.WriteHeader(c)
+		ack := wire.Ack{Accepted: 1}
+		if c == http.StatusConflict {
+			ack = wire.Ack{Rejected: []wire.Rejection{{Seq: 1, Reason: "fleet: stale epoch"}}}
+		}
+		_ = json.NewEncoder(w).Encode(ack)
+	}))
+	defer srv.Close()
+	s := NewStreamer(StreamConfig{URL: srv.URL, Node: "n", Epoch: 1, HeartbeatNs: int64(time.Hour),
+		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+	s.Enqueue(wire.KindSnapshot, &wire.Snapshot{})
+	if err := s.sendOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Status()
+	if st.LastAckNs != 0 || !strings.Contains(st.Refused, "409") || !strings.Contains(st.Refused, "stale epoch") || st.Queued != 0 {
+		t.Fatalf("after a 409: %+v; want no ack, refused naming 409 and the reason, queue drained", st)
+	}
+	var m dto.Metric
+	if err := s.errs.WithLabelValues("409").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		t.Fatalf("narwhal_agent_send_errors_total{cause=409} = %v; want 1", m.GetCounter().GetValue())
+	}
+	a := &Agent{stream: s, cfg: Config{StaleAfterS: 15}}
+	if h := a.Health(time.Now().UnixNano()); h.OK || !strings.Contains(strings.Join(h.Problems, ";"), "core refused the last batch (409") {
+		t.Fatalf("health after a 409: %+v; want not OK naming the refusal", h)
+	}
+	mu.Lock()
+	code = http.StatusOK
+	mu.Unlock()
+	s.Enqueue(wire.KindHeartbeat, nil)
+	if err := s.sendOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(); st.Refused != "" || st.LastAckNs == 0 {
+		t.Fatalf("after a 200: %+v; want the refusal cleared and an ack", st)
 	}
 }

@@ -53,7 +53,12 @@ func TestAgentReportsMountedAndReadiness(t *testing.T) {
 	if code, reply := postAgent("wrong"); code != http.StatusUnauthorized {
 		t.Fatalf("agent report with a wrong token: got %d %s; want 401", code, reply)
 	}
-	if code, reply := postAgent(testToken); code != http.StatusOK {
+	// Issue 16 defect 10: the routers' token may not write agent reports
+	// (it could overwrite any engine's KV capacity or liveness).
+	if code, reply := postAgent(testToken); code != http.StatusUnauthorized {
+		t.Fatalf("agent report with the routers' token: got %d %s; want 401", code, reply)
+	}
+	if code, reply := postAgent(testAgentToken); code != http.StatusOK {
 		t.Fatalf("agent report: got %d %s; want 200", code, reply)
 	}
 	if code, body := get(t, h, "/readyz"); code != http.StatusOK || !strings.Contains(body, "fresh agent data") {
@@ -61,6 +66,10 @@ func TestAgentReportsMountedAndReadiness(t *testing.T) {
 	}
 	if _, st := get(t, h, "/v1/state"); !strings.Contains(st, `"id":"a1"`) {
 		t.Fatalf("/v1/state lacks the reported engine a1: %s", st)
+	}
+	// ... and the agents' token may not write events.
+	if code, reply := post(t, h, "/v1/events", testAgentToken, fmt.Sprintf(`{"type":"admitted","ts_ns":%d,"engine":"a1","input_tokens":10}`, testNow)); code != http.StatusUnauthorized {
+		t.Fatalf("events with the agents' token: got %d %s; want 401", code, reply)
 	}
 	if code, reply := post(t, h, "/v1/events", testToken, fmt.Sprintf(`{"type":"admitted","ts_ns":%d,"engine":"a1","input_tokens":10}`, testNow)); code != 200 {
 		t.Fatalf("admitted to the reported engine: got %d %s", code, reply)

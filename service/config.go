@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -36,13 +38,14 @@ type Config struct {
 	// LogLevel is debug, info, warn or error (logs are JSON on stderr).
 	LogLevel string `yaml:"log_level" json:"log_level"`
 
-	Auth    AuthConfig   `yaml:"auth" json:"auth"`
-	TLS     TLSConfig    `yaml:"tls" json:"tls"`
-	HTTP    HTTPConfig   `yaml:"http" json:"http"`
-	Events  EventsConfig `yaml:"events" json:"events"`
-	Agents  AgentsConfig `yaml:"agents" json:"agents"`
-	Engines []EngineSeed `yaml:"engines" json:"engines"`
-	Core    coreConfig   `yaml:"core" json:"core"`
+	Auth    AuthConfig    `yaml:"auth" json:"auth"`
+	TLS     TLSConfig     `yaml:"tls" json:"tls"`
+	HTTP    HTTPConfig    `yaml:"http" json:"http"`
+	Events  EventsConfig  `yaml:"events" json:"events"`
+	Agents  AgentsConfig  `yaml:"agents" json:"agents"`
+	Journal JournalConfig `yaml:"journal" json:"journal"`
+	Engines []EngineSeed  `yaml:"engines" json:"engines"`
+	Core    coreConfig    `yaml:"core" json:"core"`
 	// Kubernetes runs the replica as one of N behind a Lease (see
 	// KubernetesConfig and kube.go).
 	Kubernetes KubernetesConfig `yaml:"kubernetes" json:"kubernetes"`
@@ -58,12 +61,20 @@ type ProfilesConfig struct {
 	File string `yaml:"file" json:"file"`
 }
 
-// AuthConfig: bearer token for every write (events, agent reports).
+// AuthConfig: bearer tokens for writes. Routers (events, demand deltas)
+// and agents (agent reports) hold different tokens: neither may write the
+// other's endpoint. A token comes from its file or the environment
+// (NARWHAL_AUTH_TOKEN, NARWHAL_AUTH_AGENT_TOKEN); a flag would show it in
+// the process list and is refused.
 type AuthConfig struct {
-	// Token is the bearer token. Prefer TokenFile or NARWHAL_AUTH_TOKEN
-	// over writing it into the config file.
+	// Token is the routers' bearer token. Prefer TokenFile or
+	// NARWHAL_AUTH_TOKEN over writing it into the config file.
 	Token     string `yaml:"token" json:"-"`
 	TokenFile string `yaml:"token_file" json:"token_file"`
+	// AgentToken is the agents' bearer token (POST /v1/agent/reports),
+	// required while agents.required; it must differ from Token.
+	AgentToken     string `yaml:"agent_token" json:"-"`
+	AgentTokenFile string `yaml:"agent_token_file" json:"agent_token_file"`
 	// AllowUnauthenticated must be set explicitly to run writes without
 	// a token (tests, demos).
 	AllowUnauthenticated bool `yaml:"allow_unauthenticated" json:"allow_unauthenticated"`
@@ -86,6 +97,14 @@ type HTTPConfig struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
 	// MaxLineBytes bounds one event line.
 	MaxLineBytes int64 `yaml:"max_line_bytes" json:"max_line_bytes"`
+	// MaxConnections caps open API connections; one beyond it is answered
+	// 503 and closed at once. Lowered at start to keep 256 descriptors of
+	// RLIMIT_NOFILE for persistence.
+	MaxConnections int64 `yaml:"max_connections" json:"max_connections"`
+	// MaxInflightBodyBytes caps the body bytes of write requests being
+	// read at once (each reserves its Content-Length, or max_body_bytes
+	// when unknown); a request that does not fit is answered 503.
+	MaxInflightBodyBytes int64 `yaml:"max_inflight_body_bytes" json:"max_inflight_body_bytes"`
 }
 
 // EventsConfig: what an event may say (see Limits).
@@ -109,6 +128,32 @@ type AgentsConfig struct {
 	StaleAfterS float64 `yaml:"stale_after_s" json:"stale_after_s"`
 	// SweepS is how often nodes that stopped reporting are marked not live.
 	SweepS float64 `yaml:"sweep_s" json:"sweep_s"`
+	// MaxNodes and MaxEngines bound the registry (reports from a new node
+	// beyond MaxNodes are refused); ForgetAfterS: a node silent this long
+	// is forgotten.
+	MaxNodes     int     `yaml:"max_nodes" json:"max_nodes"`
+	MaxEngines   int     `yaml:"max_engines" json:"max_engines"`
+	ForgetAfterS float64 `yaml:"forget_after_s" json:"forget_after_s"`
+	// MaxEpochAheadS: a report whose epoch (the agent's start time) lies
+	// further ahead of the core's clock is refused, never adopted.
+	MaxEpochAheadS float64 `yaml:"max_epoch_ahead_s" json:"max_epoch_ahead_s"`
+}
+
+// JournalConfig: the decision journal in data_dir (see
+// controller.OpenJournal).
+type JournalConfig struct {
+	// MaxSegmentBytes: the journal is rotated before a record would take
+	// the active file past this size.
+	MaxSegmentBytes int64 `yaml:"max_segment_bytes" json:"max_segment_bytes"`
+	// KeepSegments: rotated journal files retained.
+	KeepSegments int `yaml:"keep_segments" json:"keep_segments"`
+	// RetryS: how often failed journal writes and state saves are retried.
+	RetryS float64 `yaml:"retry_s" json:"retry_s"`
+}
+
+func (j JournalConfig) options(ring int, logger *slog.Logger) controller.JournalOptions {
+	return controller.JournalOptions{MaxBytes: j.MaxSegmentBytes, Keep: j.KeepSegments, Ring: ring,
+		RetryEvery: time.Duration(j.RetryS * float64(time.Second)), Logger: logger}
 }
 
 // EngineSeed is a static engine registered at start (clusters without
@@ -138,14 +183,17 @@ func DefaultConfig() Config {
 		Listen:   ":8080",
 		LogLevel: "info",
 		HTTP: HTTPConfig{
-			ReadHeaderTimeoutS: 5, ReadTimeoutS: 30, WriteTimeoutS: 30, IdleTimeoutS: 120,
+			ReadHeaderTimeoutS: 5, ReadTimeoutS: 30, WriteTimeoutS: 30, IdleTimeoutS: 30,
 			ShutdownTimeoutS: 10, MaxBodyBytes: 8 << 20, MaxLineBytes: 4 << 10,
+			MaxConnections: 4096, MaxInflightBodyBytes: 128 << 20,
 		},
 		Events: EventsConfig{
 			MaxTokens: l.MaxTokens, MaxPastS: float64(l.MaxPastNs) / 1e9,
 			MaxFutureS: float64(l.MaxFutureNs) / 1e9, MaxRequestS: float64(l.MaxRequestNs) / 1e9,
 		},
-		Agents:     AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1},
+		Agents: AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1,
+			MaxNodes: 4096, MaxEngines: 16384, ForgetAfterS: 600, MaxEpochAheadS: 600},
+		Journal:    JournalConfig{MaxSegmentBytes: 32 << 20, KeepSegments: 8, RetryS: 1},
 		Core:       defaultCoreConfig(),
 		Kubernetes: defaultKubernetesConfig(),
 	}
@@ -190,18 +238,22 @@ func (c *Config) Validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		bad("tls.cert_file and tls.key_file must be set together, got cert_file=%q key_file=%q", c.TLS.CertFile, c.TLS.KeyFile)
 	}
-	if c.Auth.Token != "" && c.Auth.TokenFile != "" {
-		bad("auth.token and auth.token_file are exclusive, got both")
-	}
-	if c.Auth.TokenFile != "" {
-		b, err := os.ReadFile(c.Auth.TokenFile)
+	readToken := func(name string, tok, file *string) {
+		if *tok != "" && *file != "" {
+			bad("auth.%s and auth.%s_file are exclusive, got both", name, name)
+			return
+		}
+		if *file == "" {
+			return
+		}
+		b, err := os.ReadFile(*file)
 		switch {
 		case err != nil:
-			bad("auth.token_file must be readable, got %q: %v", c.Auth.TokenFile, err)
+			bad("auth.%s_file must be readable, got %q: %v", name, *file, err)
 		case len(bytes.TrimSpace(b)) == 0:
-			bad("auth.token_file must hold a token, got empty file %q", c.Auth.TokenFile)
+			bad("auth.%s_file must hold a token, got empty file %q", name, *file)
 		default:
-			c.Auth.Token = string(bytes.TrimSpace(b))
+			*tok = string(bytes.TrimSpace(b))
 		}
 	}
 	if c.Profiles.File != "" {
@@ -209,8 +261,17 @@ func (c *Config) Validate() error {
 			bad("profiles.file: %v", err)
 		}
 	}
-	if c.Auth.Token == "" && c.Auth.TokenFile == "" && !c.Auth.AllowUnauthenticated {
+	tokFile, agentFile := c.Auth.TokenFile, c.Auth.AgentTokenFile
+	readToken("token", &c.Auth.Token, &c.Auth.TokenFile)
+	readToken("agent_token", &c.Auth.AgentToken, &c.Auth.AgentTokenFile)
+	if c.Auth.Token == "" && tokFile == "" && !c.Auth.AllowUnauthenticated {
 		bad("auth.token must be set (or auth.token_file, or NARWHAL_AUTH_TOKEN), got none; set auth.allow_unauthenticated=true to run writes without a token")
+	}
+	if c.Auth.AgentToken == "" && agentFile == "" && c.Agents.Required && !c.Auth.AllowUnauthenticated {
+		bad("auth.agent_token must be set while agents.required=true (auth.agent_token_file or NARWHAL_AUTH_AGENT_TOKEN), got none; agents and routers hold different tokens")
+	}
+	if c.Auth.Token != "" && c.Auth.Token == c.Auth.AgentToken {
+		bad("auth.agent_token must differ from auth.token, got the same token for routers and agents")
 	}
 	pos := func(name string, v float64) {
 		if !(v > 0) || math.IsInf(v, 0) {
@@ -229,6 +290,11 @@ func (c *Config) Validate() error {
 	pos("http.shutdown_timeout_s", c.HTTP.ShutdownTimeoutS)
 	posInt("http.max_body_bytes", c.HTTP.MaxBodyBytes)
 	posInt("http.max_line_bytes", c.HTTP.MaxLineBytes)
+	posInt("http.max_connections", c.HTTP.MaxConnections)
+	posInt("http.max_inflight_body_bytes", c.HTTP.MaxInflightBodyBytes)
+	if c.HTTP.MaxInflightBodyBytes < c.HTTP.MaxBodyBytes && c.HTTP.MaxInflightBodyBytes > 0 {
+		bad("http.max_inflight_body_bytes must be >= http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxInflightBodyBytes)
+	}
 	if c.HTTP.MaxLineBytes > c.HTTP.MaxBodyBytes && c.HTTP.MaxBodyBytes > 0 {
 		bad("http.max_line_bytes must be <= http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxLineBytes)
 	}
@@ -248,8 +314,15 @@ func (c *Config) Validate() error {
 			bad("%s must be <= %d, got %v", f.n, maxSpanS, f.v)
 		}
 	}
+	posInt("journal.max_segment_bytes", c.Journal.MaxSegmentBytes)
+	posInt("journal.keep_segments", int64(c.Journal.KeepSegments))
+	pos("journal.retry_s", c.Journal.RetryS)
 	pos("agents.stale_after_s", c.Agents.StaleAfterS)
 	pos("agents.sweep_s", c.Agents.SweepS)
+	posInt("agents.max_nodes", int64(c.Agents.MaxNodes))
+	posInt("agents.max_engines", int64(c.Agents.MaxEngines))
+	pos("agents.forget_after_s", c.Agents.ForgetAfterS)
+	pos("agents.max_epoch_ahead_s", c.Agents.MaxEpochAheadS)
 	seen := map[string]bool{}
 	for i, e := range c.Engines {
 		if e.ID == "" {
@@ -345,6 +418,10 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 		}
 	}
 	for _, f := range flagged {
+		if f.name == "auth.token" || f.name == "auth.agent_token" {
+			return cfg, fmt.Errorf("%w: flag --%s puts the secret in the process list; use %s_file or NARWHAL_%s", ErrConfig,
+				f.name, f.name, strings.ToUpper(strings.ReplaceAll(f.name, ".", "_")))
+		}
 		if err := byPath[f.name].set(f.value); err != nil {
 			return cfg, fmt.Errorf("%w: flag --%s: %w", ErrConfig, f.name, err)
 		}
@@ -368,6 +445,10 @@ func Usage(w io.Writer) {
 	fmt.Fprintf(w, "  --config FILE  (env NARWHAL_CONFIG) YAML configuration file\n")
 	fmt.Fprintf(w, "  --profiles FILE  same as --profiles.file: latency profiles (core/profile/README.md)\n")
 	for _, s := range settings(&cfg) {
+		if s.path == "auth.token" || s.path == "auth.agent_token" {
+			fmt.Fprintf(w, "  %s  (env %s or %s_file; never a flag)\n", s.path, s.env(), s.path)
+			continue
+		}
 		fmt.Fprintf(w, "  --%s  (env %s) default %v\n", s.path, s.env(), s.v.Interface())
 	}
 }

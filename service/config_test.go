@@ -45,6 +45,7 @@ engines:
 		"NARWHAL_LOG_LEVEL":           "debug",
 		"NARWHAL_AGENTS_REQUIRED":     "false",
 		"NARWHAL_ADMIN_LISTEN":        "",
+		"NARWHAL_AUTH_AGENT_TOKEN":    "agent-token",
 	}
 	cfg, err := Load([]string{"--log_level=error", "--events.max_tokens", "700", "--agents.required"}, envOf(env))
 	if err != nil {
@@ -116,7 +117,7 @@ func TestLoadErrors(t *testing.T) {
 
 func TestTokenFile(t *testing.T) {
 	p := writeFile(t, "tok", "  abc123\n")
-	cfg, err := Load([]string{"--auth.token_file", p}, envOf(nil))
+	cfg, err := Load([]string{"--auth.token_file", p}, envOf(map[string]string{"NARWHAL_AUTH_AGENT_TOKEN": "agent"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,5 +133,28 @@ func TestUsageListsEverySetting(t *testing.T) {
 		if !strings.Contains(b.String(), m) {
 			t.Fatalf("usage lacks %q:\n%s", m, b.String())
 		}
+	}
+}
+
+// Issue 16 defect 10: a token given as a flag (visible in the process
+// list) is refused; routers and agents need different tokens.
+func TestTokenFlagIsRefusedAndTokensAreSplit(t *testing.T) {
+	for _, flag := range []string{"--auth.token=s3cret", "--auth.agent_token=s3cret"} {
+		_, err := Load([]string{flag}, envOf(map[string]string{"NARWHAL_AUTH_TOKEN": "a", "NARWHAL_AUTH_AGENT_TOKEN": "b"}))
+		if err == nil || !strings.Contains(err.Error(), "process list") {
+			t.Fatalf("%s: %v; want refused as visible in the process list", flag, err)
+		}
+	}
+	_, err := Load(nil, envOf(map[string]string{"NARWHAL_AUTH_TOKEN": "a"}))
+	if err == nil || !strings.Contains(err.Error(), "auth.agent_token must be set") {
+		t.Fatalf("no agent token with agents.required: %v; want refused", err)
+	}
+	_, err = Load(nil, envOf(map[string]string{"NARWHAL_AUTH_TOKEN": "a", "NARWHAL_AUTH_AGENT_TOKEN": "a"}))
+	if err == nil || !strings.Contains(err.Error(), "must differ") {
+		t.Fatalf("one token for both: %v; want refused", err)
+	}
+	cfg, err := Load(nil, envOf(map[string]string{"NARWHAL_AUTH_TOKEN_FILE": writeFile(t, "r", "router\n"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": writeFile(t, "a", "agent\n")}))
+	if err != nil || cfg.Auth.Token != "router" || cfg.Auth.AgentToken != "agent" {
+		t.Fatalf("tokens from files: %q %q %v", cfg.Auth.Token, cfg.Auth.AgentToken, err)
 	}
 }

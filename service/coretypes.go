@@ -1,12 +1,11 @@
 package service
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
@@ -29,19 +28,51 @@ var _ Core = (*core.Core)(nil)
 
 // Data directory file names.
 const (
-	JournalFile = "journal.jsonl"
-	StateFile   = "state.json"
+	JournalFile = controller.JournalActive
+	StateFile   = controller.StateCheckpoint
 )
 
-// NewCore builds the facade from cfg.Core. With a data directory it
-// appends decisions to DataDir/journal.jsonl (and reloads its tail, so
-// sequence numbers and GET /v1/decisions continue across restarts) and
-// saves the controller state to DataDir/state.json after every step
-// (restored here, so cooldown and dwell survive a restart). Without one the
-// core is a dry run kept in memory. The extra options (e.g.
-// Kube.CoreOptions) are applied last. profiles.file's profiles come
+// DurableCore is the facade with its data directory: the journal
+// (write-ahead log and state checkpoint) whose health gates /readyz and
+// whose metrics /metrics shows. Journal is nil without a data directory.
+type DurableCore struct {
+	*core.Core
+	Journal *controller.Journal
+}
+
+// UpsertEngines registers several engines with one role-table rebuild
+// (the fleet registry batches a snapshot's new engines).
+func (d *DurableCore) UpsertEngines(es []controller.Engine) error {
+	return d.Controller().UpsertEngines(es)
+}
+
+// JournalHealth is nil while journal writes and state checkpoints
+// succeed (always nil without a data directory).
+func (d *DurableCore) JournalHealth() error {
+	if d.Journal == nil {
+		return nil
+	}
+	return d.Journal.Healthy()
+}
+
+// JournalCollectors are the journal's metrics (none without a data
+// directory).
+func (d *DurableCore) JournalCollectors() []prometheus.Collector {
+	if d.Journal == nil {
+		return nil
+	}
+	return d.Journal.Collectors()
+}
+
+// NewCore builds the facade from cfg.Core. With a data directory it opens
+// the journal there (controller.OpenJournal: torn tail cut, state.json
+// checkpoint validated, records after it replayed), restores the recovered
+// state (so roles, cooldown and dwell survive any crash) and seeds the
+// in-memory journal, so sequence numbers and GET /v1/decisions continue.
+// Without one the core is a dry run kept in memory. The extra options
+// (e.g. Kube.CoreOptions) are applied last. profiles.file's profiles come
 // before the built-in ones; the geometry prior prices the rest.
-func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*core.Core, error) {
+func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*DurableCore, error) {
 	opts := []core.Option{core.WithLogger(logger)}
 	cfg.Core.PendingTimeoutS = cfg.Events.PendingTimeoutS
 	if cfg.Core.PendingTimeoutS == 0 {
@@ -59,33 +90,44 @@ func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*core.Core,
 		}
 		opts = append(opts, core.WithProfiles(merged))
 	}
-	if cfg.DataDir != "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-			return nil, fmt.Errorf("service: data_dir: %w", err)
-		}
-		journal := filepath.Join(cfg.DataDir, JournalFile)
-		history, err := controller.LoadJournal(journal, cfg.Core.Controller.JournalRing)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("service: %w", err)
-		}
-		sink, err := controller.NewJSONLinesSink(journal)
-		if err != nil {
-			return nil, fmt.Errorf("service: %w", err)
-		}
-		opts = append(opts, core.WithJournalSink(sink), core.WithStateFile(filepath.Join(cfg.DataDir, StateFile)))
-		if len(history) > 0 {
-			opts = append(opts, core.WithJournalHistory(history))
-		}
+	if cfg.DataDir == "" {
 		c, err := core.New(cfg.Core, append(opts, extra...)...)
 		if err != nil {
-			_ = sink.Close()
 			return nil, fmt.Errorf("service: %w", err)
 		}
-		return c, nil
+		return &DurableCore{Core: c}, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("service: data_dir: %w", err)
+	}
+	jo := cfg.Journal.options(cfg.Core.Controller.JournalRing, logger.With("component", "journal"))
+	if journalFS != nil {
+		jo.FS = journalFS
+	}
+	j, rec, err := controller.OpenJournal(cfg.DataDir, jo)
+	if err != nil {
+		return nil, fmt.Errorf("service: data_dir %s: %w", cfg.DataDir, err)
+	}
+	logger.Info("journal recovered", "seq", rec.State.Seq, "from_checkpoint", rec.FromCheckpoint,
+		"replayed", rec.Replayed, "truncated_bytes", rec.Truncated, "engines", len(rec.State.Engines))
+	opts = append(opts, core.WithJournalSink(j))
+	if len(rec.History) > 0 {
+		opts = append(opts, core.WithJournalHistory(rec.History))
 	}
 	c, err := core.New(cfg.Core, append(opts, extra...)...)
 	if err != nil {
+		_ = j.Close()
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	return c, nil
+	if rec.State.Seq > 0 || rec.FromCheckpoint {
+		if err := c.Controller().Restore(rec.State); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("service: restore: %w", err)
+		}
+	}
+	j.SetStateSource(c.Controller().State)
+	return &DurableCore{Core: c, Journal: j}, nil
 }
+
+// journalFS replaces the journal's file layer (crash tests slow it down).
+var journalFS controller.FS

@@ -50,7 +50,7 @@ func TestDeployConfigLoads(t *testing.T) {
 		t.Fatalf("unexpected kinds %s", got)
 	}
 	tok := writeFile(t, "token", "x")
-	cfg, err := Load([]string{"--config", writeFile(t, "core.yaml", coreYAML)}, envOf(map[string]string{"NARWHAL_AUTH_TOKEN_FILE": tok}))
+	cfg, err := Load([]string{"--config", writeFile(t, "core.yaml", coreYAML)}, envOf(map[string]string{"NARWHAL_AUTH_TOKEN_FILE": tok, "NARWHAL_AUTH_AGENT_TOKEN_FILE": writeFile(t, "agent-token", "y")}))
 	if err != nil {
 		t.Fatalf("deploy config: %v", err)
 	}

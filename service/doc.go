@@ -3,8 +3,8 @@
 //
 // # Endpoints
 //
-//	POST /v1/events         NDJSON lifecycle events (bearer token)
-//	POST /v1/agent/reports  core/wire batches from narwhal-agent (bearer token; core/fleet)
+//	POST /v1/events         NDJSON lifecycle events (routers' bearer token, auth.token)
+//	POST /v1/agent/reports  core/wire batches from narwhal-agent (agents' bearer token, auth.agent_token; core/fleet)
 //	GET  /v1/roles          the role table
 //	GET  /v1/state          the facade's State(now)
 //	GET  /v1/decisions      the journal: ?limit=N (1..1000, default 100) the newest N, oldest
@@ -13,7 +13,7 @@
 //	                        narwhal_build_info, narwhal_engine_role/state, narwhal_slo_*, Go and process
 //	GET  /                  the status page (package ui; assets under /ui/, series at /ui/api/series)
 //	GET  /healthz           the process is up
-//	GET  /readyz            fresh agent data, or agents.required=false
+//	GET  /readyz            journal and checkpoint writing, and fresh agent data (or agents.required=false)
 //	POST /v1/demand/deltas  with kubernetes.enabled: routers' demand deltas (bearer token; 409 on a follower)
 //
 // pprof is served only on admin_listen (off by default), never on the API
@@ -76,10 +76,15 @@
 // `core: {step_s: 1}`, NARWHAL_CORE_STEP_S=1 or --core.step_s=1. The core
 // section is the facade's core.Config. Validation errors name the field by
 // its path, the value and the rule ("core.step_s must be > 0 and <=
-// 31536000, got -1"). data_dir holds journal.jsonl (every decision, one
-// JSON object per line, reloaded at start so sequence numbers and
-// /v1/decisions continue) and state.json (the controller state, saved
-// after every step and at shutdown, restored at start).
+// 31536000, got -1"). data_dir holds the decision journal, a write-ahead
+// log (journal.jsonl, rotated past journal.max_segment_bytes into
+// journal-<seq>.jsonl, journal.keep_segments kept), and state.json, a
+// checkpoint carrying the journal sequence it includes (see
+// controller.OpenJournal): after any crash the state is the checkpoint
+// plus the journal records after it. A failing journal write or
+// checkpoint is retried every journal.retry_s and fails /readyz until it
+// succeeds (narwhal_journal_write_errors_total,
+// narwhal_state_save_errors_total).
 //
 // # Kubernetes (kubernetes.enabled)
 //
@@ -108,6 +113,28 @@
 //   - Static engines (engines:) and data_dir still work, but the engines
 //     normally come from pods and the state from the ConfigMap (the
 //     ConfigMap's state wins when a term starts).
+//
+// # Limits and credentials
+//
+// Defaults fit the shipped 1 Gi memory limit (measured in
+// benchmarks/README.md): http.max_connections=4096 open connections (one
+// beyond is answered 503 and closed at once; lowered at start to keep 256
+// descriptors of RLIMIT_NOFILE for the journal and checkpoint, so
+// persistence keeps working however many clients connect);
+// http.max_inflight_body_bytes=128 MiB of write bodies read at once (each
+// request reserves its Content-Length, or max_body_bytes=8 MiB when
+// unknown, after authentication; one that does not fit gets 503 with
+// Retry-After: 1 and nothing is applied); http.idle_timeout_s=30 for idle
+// keep-alive connections. Routers and agents hold different tokens
+// (auth.token, auth.agent_token; they must differ): the routers' token
+// cannot overwrite an engine's KV capacity or liveness, and the agents'
+// token cannot write events. A token comes from auth.*_file or the
+// environment (NARWHAL_AUTH_TOKEN, NARWHAL_AUTH_AGENT_TOKEN); a flag
+// carrying one is refused (it would show in the process list). The
+// Bearer scheme is matched case-insensitively. agents.max_nodes=4096 and
+// agents.max_engines=16384 bound the registry; a node silent for
+// agents.forget_after_s=600 is forgotten; an epoch more than
+// agents.max_epoch_ahead_s=600 ahead of the core's clock is refused.
 //
 // # Choices where the spec is silent
 //

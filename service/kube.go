@@ -234,7 +234,7 @@ func NewKubeServer(cfg Config, client kubernetes.Interface, logger *slog.Logger,
 	if err != nil {
 		return nil, nil, err
 	}
-	kopts, err := k.Bind(c)
+	kopts, err := k.Bind(c.Core)
 	if err != nil {
 		_ = c.Close()
 		return nil, nil, err

@@ -123,7 +123,7 @@ func TestKubeTwoReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &replica{name: name, srv: srv, kube: k, core: srv.core.(*core.Core), done: make(chan error, 1)}
+		r := &replica{name: name, srv: srv, kube: k, core: srv.core.(*DurableCore).Core, done: make(chan error, 1)}
 		proxy.mu.Lock()
 		proxy.addrs[name] = srv.Addr().String()
 		proxy.mu.Unlock()
@@ -350,7 +350,7 @@ func TestKubeDeployConfigLoads(t *testing.T) {
 		t.Fatalf("first document: kind %q, err %v; want the ConfigMap with core.yaml", cm.Kind, err)
 	}
 	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-abc",
-		"NARWHAL_AUTH_TOKEN_FILE": writeFile(t, "token", "x"), "NARWHAL_LISTEN": "127.0.0.1:0"}
+		"NARWHAL_AUTH_TOKEN_FILE": writeFile(t, "token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": writeFile(t, "agent-token", "y"), "NARWHAL_LISTEN": "127.0.0.1:0"}
 	cfg, err := Load([]string{"--config", writeFile(t, "core.yaml", cm.Data["core.yaml"])}, envOf(env))
 	if err != nil {
 		t.Fatalf("deploy config: %v", err)

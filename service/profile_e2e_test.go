@@ -54,7 +54,7 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 		t.Helper()
 		seq++
 		b, _ := json.Marshal(wire.Batch{Version: wire.Version, Reports: []wire.Report{{Kind: kind, Node: "gpu-node-1", Epoch: 1, Seq: seq, SentNs: now, Snapshot: snap, Hello: hello}}})
-		if code, reply := post(t, h, "/v1/agent/reports", testToken, string(b)); code != http.StatusOK || !strings.Contains(reply, `"accepted":1`) {
+		if code, reply := post(t, h, "/v1/agent/reports", testAgentToken, string(b)); code != http.StatusOK || !strings.Contains(reply, `"accepted":1`) {
 			t.Fatalf("agent report: %d %s", code, reply)
 		}
 	}

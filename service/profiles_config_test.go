@@ -31,8 +31,11 @@ func TestProfilesFileConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := func(k string) (string, bool) {
-		if k == "NARWHAL_AUTH_TOKEN" {
+		switch k {
+		case "NARWHAL_AUTH_TOKEN":
 			return "tok", true
+		case "NARWHAL_AUTH_AGENT_TOKEN":
+			return "agent-tok", true
 		}
 		return "", false
 	}

@@ -42,7 +42,7 @@ func exerciseForMetrics(t *testing.T, s *Server) {
 	post(t, s.Handler(), "/v1/events", testToken, fmt.Sprintf("{\"type\":\"refused\",\"ts_ns\":%d}\nbad\n", testNow))
 	get(t, s.Handler(), "/v1/state")
 	report := fmt.Sprintf(`{"version":1,"reports":[{"kind":"heartbeat","node":"n1","epoch":1,"seq":1,"sent_ns":%d}]}`, testNow)
-	if code, body := post(t, s.Handler(), "/v1/agent/reports", testToken, report); code != 200 {
+	if code, body := post(t, s.Handler(), "/v1/agent/reports", testAgentToken, report); code != 200 {
 		t.Fatalf("agent heartbeat: %d %s", code, body)
 	}
 }

@@ -94,6 +94,9 @@ type Server struct {
 
 	serveOnce sync.Once
 
+	budget      *bodyBudget
+	connRefused prometheus.Counter
+
 	extraRoutes     []Route
 	extraCollectors []prometheus.Collector
 	loops           []namedLoop
@@ -133,17 +136,26 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 			return nil, fmt.Errorf("service: registering engine %q: %w", seed.ID, err)
 		}
 	}
-	s.registry = fleet.NewRegistry(c, int64(cfg.Agents.StaleAfterS*1e9), logger.With("component", "fleet"))
+	s.registry = fleet.NewRegistry(c, int64(cfg.Agents.StaleAfterS*1e9), logger.With("component", "fleet"),
+		fleet.WithLimits(fleet.Limits{MaxNodes: cfg.Agents.MaxNodes, MaxEngines: cfg.Agents.MaxEngines,
+			MaxEpochAheadNs: int64(cfg.Agents.MaxEpochAheadS * 1e9), ForgetAfterNs: int64(cfg.Agents.ForgetAfterS * 1e9)}))
 	s.metrics = newHTTPMetrics()
+	s.budget = newBodyBudget(cfg.HTTP.MaxInflightBodyBytes, cfg.HTTP.MaxBodyBytes)
+	s.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_http_connections_refused_total",
+		Help: "API connections answered 503 and closed because http.max_connections were open."})
 	s.prom = prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
 	cs = append(cs, s.metrics.collectors()...)
+	cs = append(cs, s.budget.refused, s.budget.inflight, s.connRefused)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
 	cs = append(cs, newOpsCollector(s))
+	if jc, ok := c.(journaled); ok {
+		cs = append(cs, jc.JournalCollectors()...)
+	}
 	cs = append(cs, s.extraCollectors...)
 	for _, col := range cs {
 		if err := s.prom.Register(col); err != nil {
@@ -173,6 +185,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 			return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
 		}
 	}
+	s.apiLn = newCapListener(s.apiLn, effectiveMaxConnections(cfg.HTTP.MaxConnections, logger), s.connRefused, logger)
 	if cfg.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
@@ -323,9 +336,19 @@ func (s *Server) routes() (http.Handler, error) {
 	mux := http.NewServeMux()
 	auth := newBearer(s.cfg.Auth.Token)
 	m := s.metrics
-	mux.Handle("/v1/events", m.instrument("events", auth.wrap(s.ingest)))
-	mux.Handle("/v1/agent/reports", m.instrument("agent_reports",
-		s.registry.Handler(s.cfg.Auth.Token, s.cfg.HTTP.MaxBodyBytes, s.now)))
+	// The budget is taken after authentication: an unauthenticated client
+	// cannot hold body bytes.
+	mux.Handle("/v1/events", m.instrument("events", auth.wrap(s.budget.wrap(s.ingest))))
+	var agents http.Handler
+	switch {
+	case s.cfg.Auth.AgentToken != "":
+		agents = newBearer(s.cfg.Auth.AgentToken).wrap(s.budget.wrap(s.registry.Handler("", s.cfg.HTTP.MaxBodyBytes, s.now)))
+	case s.cfg.Auth.AllowUnauthenticated:
+		agents = s.budget.wrap(s.registry.Handler("", s.cfg.HTTP.MaxBodyBytes, s.now))
+	default:
+		agents = agentAuthDisabled()
+	}
+	mux.Handle("/v1/agent/reports", m.instrument("agent_reports", agents))
 	mux.Handle("/v1/roles", m.instrument("roles", getOnly(s.handleRoles)))
 	mux.Handle("/v1/state", m.instrument("state", getOnly(s.handleState)))
 	mux.Handle("/v1/decisions", m.instrument("decisions", getOnly(s.handleDecisions)))
@@ -344,7 +367,7 @@ func (s *Server) routes() (http.Handler, error) {
 			return nil, fmt.Errorf("service: extra route %q needs a pattern and a handler", rt.Name)
 		}
 		if rt.Write {
-			h = auth.wrap(h)
+			h = auth.wrap(s.budget.wrap(h))
 		}
 		if err := handle(mux, rt.Pattern, m.instrument(rt.Name, h)); err != nil {
 			return nil, err
@@ -416,6 +439,12 @@ func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"decisions": ds})
 }
 
+// journaled is a Core with a data directory (*DurableCore).
+type journaled interface {
+	JournalHealth() error
+	JournalCollectors() []prometheus.Collector
+}
+
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	body := func(status, reason string) map[string]string {
 		m := map[string]string{"status": status, "reason": reason}
@@ -427,6 +456,12 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		return m
+	}
+	if jc, ok := s.core.(journaled); ok {
+		if err := jc.JournalHealth(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, body("not ready", "persistence failing (retried): "+err.Error()))
+			return
+		}
 	}
 	if !s.cfg.Agents.Required {
 		writeJSON(w, http.StatusOK, body("ready", "running without agents (agents.required=false)"))

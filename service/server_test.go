@@ -14,14 +14,16 @@ import (
 )
 
 const (
-	testToken = "s3cret-token"
-	testNow   = int64(1_800_000_000e9)
+	testToken      = "s3cret-token"
+	testAgentToken = "agent-s3cret"
+	testNow        = int64(1_800_000_000e9)
 )
 
 func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Auth.Token = testToken
+	cfg.Auth.AgentToken = testAgentToken
 	cfg.Agents.Required = false
 	cfg.HTTP.MaxBodyBytes = 64 << 10
 	cfg.HTTP.MaxLineBytes = 512

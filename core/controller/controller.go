@@ -185,14 +185,47 @@ func validResident(r Resident) bool {
 // with fewer engines (prefill on a tie). A known engine keeps its
 // controller-side move state (state, target role) unless e carries one.
 func (c *Controller) UpsertEngine(e Engine) error {
+	if err := validEngine(e); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.upsertLocked(e)
+	c.publish()
+	return nil
+}
+
+// UpsertEngines upserts several engines as UpsertEngine does, under one
+// lock and with one role-table rebuild (registering n engines costs one
+// rebuild, not n). An invalid engine refuses the whole call and changes
+// nothing.
+func (c *Controller) UpsertEngines(es []Engine) error {
+	for _, e := range es {
+		if err := validEngine(e); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range es {
+		c.upsertLocked(e)
+	}
+	c.publish()
+	return nil
+}
+
+func validEngine(e Engine) error {
 	if e.ID == "" || len(e.ID) > 253 {
 		return fmt.Errorf("%w: id must be 1..253 bytes, got %q", ErrInvalidEngine, e.ID)
 	}
 	if e.KVCapacityTokens < 0 || !validResident(e.Resident) || e.Role > RoleDecode || e.State > StateSwitching || e.TargetRole > RoleDecode {
 		return fmt.Errorf("%w: engine %s: negative or non-finite residency or capacity, or bad role/state", ErrInvalidEngine, e.ID)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	return nil
+}
+
+// upsertLocked adds or replaces e. Caller holds mu and publishes.
+func (c *Controller) upsertLocked(e Engine) {
 	pi := c.lookupEngine(&e)
 	if i, ok := c.index[e.ID]; ok {
 		old := &c.engines[i]
@@ -233,8 +266,6 @@ func (c *Controller) UpsertEngine(e Engine) error {
 		c.engines = append(c.engines, e)
 		c.profIdx = append(c.profIdx, pi)
 	}
-	c.publish()
-	return nil
 }
 
 // RemoveEngine drops an engine.

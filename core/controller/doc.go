@@ -129,10 +129,40 @@
 // allocations. A moving engine is draining (in neither list) until
 // MoveDone. DryRun, the default actuator, completes moves at once. An
 // engine upserted without a role takes its restored role, else the role
-// with fewer engines. PersistedState (roles, last move times and
-// direction, pending confirmation, risk events, sequence) is written
-// atomically by SaveState (temp file, fsync, rename); an engine mid-move
-// is saved in its target role.
+// with fewer engines. UpsertEngines registers a batch with one role-table
+// rebuild (an agent's snapshot of new engines). PersistedState (roles,
+// last move times and direction, pending confirmation, risk events,
+// sequence) is written atomically by SaveState (temp file, fsync,
+// rename); an engine mid-move is saved in its target role; the saved
+// direction (last_move_dir) keeps a reversal's stricter confirmation
+// across a restart.
+//
+// # Journal and checkpoint (OpenJournal)
+//
+// The Journal is a write-ahead log: each Decision is one JSON line,
+// written and fsynced inside Step before its moves reach the actuator.
+// state.json is a checkpoint carrying the sequence of the last record it
+// includes, saved in the background after each durable record and never
+// ahead of the journal; Apply replays a record (roles, last move times,
+// cooldown clock and direction, confirmation). After any crash the state
+// is the checkpoint plus the records after it, so a move journalled
+// before a kill is never undone or issued again. Risk events and the
+// output-discount lock-out are not in the records: they come from the
+// checkpoint (advisory, at most one step old). Choices: one sequence for
+// both files; a torn tail (a record without its newline or not a whole
+// JSON object) is cut off when the journal opens; a failed write is cut
+// back to the last whole record and retried with the records after it
+// (in order, up to MaxPending in memory), counted
+// (narwhal_journal_write_errors_total), logged once per change of error
+// and reported by Healthy; the active file is renamed to
+// journal-<first seq>.jsonl past MaxBytes (the directory fsynced), Keep
+// rotated files are retained (never one the checkpoint does not cover),
+// and opening reads only the files that hold the checkpoint's successors
+// or the last Ring records. The rotation is hand-written rather than
+// lumberjack's, which can neither fsync nor cut back a partial write. A
+// missing, empty or torn state.json falls back to replaying the retained
+// journal; an impossible one (unknown role, a time in the future) is an
+// error naming the field.
 //
 // # Concurrency and allocation
 //

@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // PersistedEngine is one engine's controller-owned state.
@@ -103,19 +107,123 @@ func (c *Controller) Restore(st PersistedState) error {
 	return nil
 }
 
+// Errors of LoadState, comparable with errors.Is.
+var (
+	// ErrStateTorn: the state file is empty or not one whole JSON
+	// object (a write cut short); the journal is the fallback.
+	ErrStateTorn = errors.New("state file empty or torn")
+	// ErrInvalidState: the state file parses but says something
+	// impossible (an unknown role, a time in the future).
+	ErrInvalidState = errors.New("invalid saved state")
+)
+
+// stateFutureSlackNs is how far ahead of the loading clock a saved time
+// may lie (the same node's clock stepping back a little between runs).
+const stateFutureSlackNs = int64(time.Minute)
+
+// Validate checks st; nowNs > 0 also refuses times more than a minute
+// after nowNs (a last move in the future would block its engine for
+// ever). The error names the field and the value.
+func (st *PersistedState) Validate(nowNs int64) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidState}, args...)...)
+	}
+	future := func(v int64) bool { return nowNs > 0 && v > nowNs+stateFutureSlackNs }
+	if st.Version != stateVersion {
+		return bad("version %d, want %d", st.Version, stateVersion)
+	}
+	if st.LastMoveNs < 0 || future(st.LastMoveNs) {
+		return bad("last_move_ns %d is negative or in the future (now %d)", st.LastMoveNs, nowNs)
+	}
+	if st.LastMoveDir < -1 || st.LastMoveDir > 1 {
+		return bad("last_move_dir %d, want -1, 0 or 1", st.LastMoveDir)
+	}
+	if st.Confirm.Dir < -1 || st.Confirm.Dir > 1 || st.Confirm.Count < 0 || st.Confirm.Seq > st.Seq {
+		return bad("confirm %+v: dir in [-1, 1], count >= 0, seq <= %d", st.Confirm, st.Seq)
+	}
+	seen := make(map[string]bool, len(st.Engines))
+	for i, e := range st.Engines {
+		switch {
+		case e.ID == "" || seen[e.ID]:
+			return bad("engines[%d].id %q is empty or repeated", i, e.ID)
+		case e.Role != RolePrefill && e.Role != RoleDecode:
+			return bad("engines[%d] (%s) role %q, want prefill or decode", i, e.ID, e.Role)
+		case e.LastMoveNs < 0 || future(e.LastMoveNs):
+			return bad("engines[%d] (%s) last_move_ns %d is negative or in the future (now %d)", i, e.ID, e.LastMoveNs, nowNs)
+		}
+		seen[e.ID] = true
+	}
+	for i, r := range st.Risks {
+		if r.AtNs < 0 || future(r.AtNs) {
+			return bad("risks[%d].at_ns %d is negative or in the future (now %d)", i, r.AtNs, nowNs)
+		}
+	}
+	if st.OutputsOverflowUntilNs < 0 || (nowNs > 0 && st.OutputsOverflowUntilNs > nowNs+int64(24*time.Hour)) {
+		return bad("outputs_overflow_until_ns %d is negative or more than a day ahead (now %d)", st.OutputsOverflowUntilNs, nowNs)
+	}
+	return nil
+}
+
+// Apply replays one journal record onto st: the sequence, each move
+// (the engine's role and last move time), the cooldown clock and
+// direction, and the pending confirmation. It is how a checkpoint plus
+// the journal records after it give the controller's state.
+func (st *PersistedState) Apply(d *Decision) {
+	if d.Seq <= st.Seq {
+		return
+	}
+	st.Version = stateVersion
+	st.Seq = d.Seq
+	dir := 0
+	switch d.Direction {
+	case "decode_to_prefill":
+		dir = 1
+	case "prefill_to_decode":
+		dir = -1
+	}
+	switch {
+	case len(d.Moves) > 0:
+		st.Confirm = PersistedConfirm{Seq: d.Seq}
+	case d.Confirmations > 0 && dir != 0:
+		st.Confirm = PersistedConfirm{Dir: dir, Count: d.Confirmations, Seq: d.Seq}
+	default:
+		st.Confirm.Dir, st.Confirm.Count = 0, 0
+	}
+	for _, m := range d.Moves {
+		st.LastMoveNs = max(st.LastMoveNs, m.AtNs)
+		if m.To == RolePrefill {
+			st.LastMoveDir = 1
+		} else {
+			st.LastMoveDir = -1
+		}
+		i := slices.IndexFunc(st.Engines, func(e PersistedEngine) bool { return e.ID == m.EngineID })
+		if i < 0 {
+			st.Engines = append(st.Engines, PersistedEngine{ID: m.EngineID})
+			i = len(st.Engines) - 1
+		}
+		st.Engines[i].Role, st.Engines[i].LastMoveNs = m.To, max(st.Engines[i].LastMoveNs, m.AtNs)
+	}
+	if len(d.Moves) > 0 {
+		slices.SortFunc(st.Engines, func(a, b PersistedEngine) int { return strings.Compare(a.ID, b.ID) })
+	}
+}
+
 // SaveState writes st to path atomically: a temporary file in the same
-// directory, synced, then renamed over path.
-func SaveState(path string, st PersistedState) error {
+// directory, synced, renamed over path, and the directory synced so that
+// the rename survives a power loss.
+func SaveState(path string, st PersistedState) error { return saveState(OSFS{}, path, st) }
+
+func saveState(fsys FS, path string, st PersistedState) error {
 	b, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
+	_, err = f.WriteAt(append(b, '\n'), 0)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -123,25 +231,46 @@ func SaveState(path string, st PersistedState) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = fsys.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = fsys.Remove(tmp)
 		return fmt.Errorf("save state %s: %w", path, err)
 	}
 	return nil
 }
 
-// LoadState reads a state file written by SaveState. A missing file gives
-// an error wrapping os.ErrNotExist.
-func LoadState(path string) (PersistedState, error) {
+// LoadState reads and validates (without a clock) a state file written by
+// SaveState. A missing file gives an error wrapping os.ErrNotExist, an
+// empty or torn one ErrStateTorn, an impossible one ErrInvalidState.
+func LoadState(path string) (PersistedState, error) { return loadState(OSFS{}, path, 0) }
+
+func loadState(fsys FS, path string, nowNs int64) (PersistedState, error) {
 	var st PersistedState
-	b, err := os.ReadFile(path)
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return st, fmt.Errorf("load state: %w", err)
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
 		return st, fmt.Errorf("load state %s: %w", path, err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return st, fmt.Errorf("load state %s: %w (%d bytes)", path, ErrStateTorn, len(b))
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return PersistedState{}, fmt.Errorf("load state %s: %w: %v", path, ErrStateTorn, err)
+		}
+		return PersistedState{}, fmt.Errorf("load state %s: %w: %v", path, ErrInvalidState, err)
+	}
+	if err := st.Validate(nowNs); err != nil {
+		return PersistedState{}, fmt.Errorf("load state %s: %w", path, err)
 	}
 	return st, nil
 }

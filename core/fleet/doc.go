@@ -6,7 +6,12 @@
 // A report from an older epoch is refused as stale (ErrStaleEpoch); one whose
 // sequence number is not above the last applied one in the same epoch is
 // refused as a replay or out of order (ErrReplay). A larger epoch is a
-// restarted agent: it is accepted and its sequence starts over.
+// restarted agent: it is accepted and its sequence starts over. An epoch
+// more than Limits.MaxEpochAheadNs after the core's clock (epochs are the
+// agent's start time in Unix ns) is refused (ErrFutureEpoch) and never
+// adopted, so one forged or broken report cannot lock the node's real
+// agent out. A lower epoch is accepted once the node is stale (an agent
+// restarted with its clock set back).
 //
 // Reports change the engine table through EngineSink, which *core.Core
 // satisfies: UpsertEngine when the registry first sees an engine (or its
@@ -28,9 +33,18 @@
 // disables authentication (for tests and loopback only; the service should
 // always pass one).
 //
-// Concurrency: all methods are safe for concurrent use; one mutex guards
-// the node table, and sink calls are made while holding it so that reports
-// of one node are applied in order.
+// Bounds: at most Limits.MaxNodes nodes (a new one beyond is refused,
+// ErrFull) and MaxEngines engines; a node silent for ForgetAfterNs is
+// forgotten, so invented node names cost bounded memory that comes back.
+// Whether the core already knows an engine is one lookup in its role table
+// (O(1) per engine registered).
+//
+// Concurrency: all methods are safe for concurrent use. Nodes and engine
+// owners live in xsync.MapOf maps; each node has its own mutex, held while
+// its report is applied (sink calls included), so one node's reports apply
+// in order and nodes do not wait for each other. A node never takes
+// another node's lock: an engine taken over from a stale node is dropped
+// from the old node's record lazily.
 // Allocation: ingest is not a hot path (a few reports per node per second);
 // it allocates for JSON decoding.
 package fleet

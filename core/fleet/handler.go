@@ -15,8 +15,9 @@ const DefaultMaxBody = 4 << 20
 
 // Handler returns the ingest endpoint (POST a wire.Batch, answered with a
 // wire.Ack). Answers: 200 when at least one report was applied; 409 when
-// every report was stale or replayed (the agent must not resend them); 400
-// malformed JSON or an invalid report (nothing applied); 401 bad or missing
+// every report was refused (stale or future epoch, replay, registry full:
+// the agent must not resend them, and treats it as a failure); 400
+// malformed JSON, an unknown field or an invalid report (nothing applied); 401 bad or missing
 // token; 405 not POST; 413 body over maxBody; 415 not JSON. An empty token
 // disables authentication. now gives the core's clock in Unix ns.
 func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.Handler {
@@ -42,6 +43,7 @@ func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.H
 		req.Body = http.MaxBytesReader(w, req.Body, maxBody)
 		var b wire.Batch
 		dec := json.NewDecoder(req.Body)
+		dec.DisallowUnknownFields() // like events: a misspelt field must not drop data silently
 		if err := dec.Decode(&b); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -72,20 +74,20 @@ func (r *Registry) Handler(token string, maxBody int64, now func() int64) http.H
 }
 
 func (r *Registry) applyBatch(nowNs int64, b *wire.Batch) wire.Ack {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var ack wire.Ack
 	for i := range b.Reports {
 		rep := &b.Reports[i]
-		if err := r.applyLocked(nowNs, rep); err != nil {
+		if err := r.apply(nowNs, rep); err != nil {
 			ack.Rejected = append(ack.Rejected, wire.Rejection{Seq: rep.Seq, Reason: err.Error()})
 			continue
 		}
 		ack.Accepted++
 	}
 	if len(b.Reports) > 0 {
-		if n := r.nodes[b.Reports[len(b.Reports)-1].Node]; n != nil {
+		if n, ok := r.nodes.Load(b.Reports[len(b.Reports)-1].Node); ok {
+			n.mu.Lock()
 			ack.Epoch, ack.LastSeq = n.epoch, n.lastSeq
+			n.mu.Unlock()
 		}
 	}
 	return ack

@@ -81,3 +81,19 @@ func TestHandlerNoToken(t *testing.T) {
 		t.Fatalf("unexpected answer; got %d %q; want 200", code, out)
 	}
 }
+
+// Issue 16 defect 10: unknown fields in agent reports are refused (400,
+// nothing applied), like unknown fields in events.
+func TestAgentReportUnknownFieldIsRefused(t *testing.T) {
+	s := newFakeSink()
+	r := NewRegistry(s, 5e9, nil)
+	h := r.Handler("tok", 0, func() int64 { return 1e9 })
+	body := `{"version":1,"reports":[{"kind":"snapshot","node":"n1","epoch":1,"seq":1,"snapshot":{"engines":[{"id":"e1","model":"m","gpu":"g","live":true,"kv_capacity_tokns":5}]}}]}`
+	code, reply := post(t, h, "POST", "Bearer tok", body)
+	if code != 400 || !strings.Contains(reply, "kv_capacity_tokns") {
+		t.Fatalf("unknown field: %d %s; want 400 naming the field", code, reply)
+	}
+	if len(r.Nodes()) != 0 || len(s.engines) != 0 {
+		t.Fatalf("a refused batch changed the registry: %+v", r.Nodes())
+	}
+}

@@ -40,8 +40,9 @@ func (t Token) Check(authorization string) error {
 	if !t.set {
 		return nil
 	}
-	tok, ok := strings.CutPrefix(authorization, "Bearer ")
-	if !ok {
+	// The scheme is case-insensitive (RFC 9110 section 11.1).
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return ErrNoToken
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))

@@ -17,10 +17,12 @@ func TestTokenCheck(t *testing.T) {
 	f("Bearer  s3cret ", nil)
 	f("", ErrNoToken)
 	f("Basic s3cret", ErrNoToken)
-	f("bearer s3cret", ErrNoToken)
+	f("bearer s3cret", nil) // the scheme is case-insensitive (RFC 9110 11.1)
+	f("BEARER s3cret", nil)
 	f("Bearer s3cre", ErrWrongToken)
 	f("Bearer s3cret2", ErrWrongToken)
-	f("Bearer ", ErrWrongToken)
+	f("Bearer ", ErrNoToken)
+	f("Bearer x y", ErrWrongToken)
 	if tok.Open() {
 		t.Error("a token with a value reports Open")
 	}

@@ -1,0 +1,139 @@
+package service
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// capListener caps open connections: one accepted beyond the cap gets a
+// plain "503 Service Unavailable" and is closed at once (a client sees a
+// quick refusal, never a hang in the accept backlog), so idle keep-alive
+// connections cannot exhaust the process's file descriptors and the
+// journal and state checkpoint keep theirs.
+type capListener struct {
+	net.Listener
+	max     int64
+	open    atomic.Int64
+	refused prometheus.Counter
+	log     *slog.Logger
+	logged  atomic.Int64 // unix s of the last "cap reached" log
+}
+
+var capReply = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 74\r\n\r\n" +
+	`{"error":"connection limit reached (http.max_connections); retry shortly"}`)
+
+func newCapListener(ln net.Listener, max int64, refused prometheus.Counter, log *slog.Logger) *capListener {
+	return &capListener{Listener: ln, max: max, refused: refused, log: log}
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			l.refused.Inc()
+			if now := time.Now().Unix(); l.logged.Swap(now) != now {
+				l.log.Warn("connection refused: http.max_connections reached", "max", l.max)
+			}
+			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = c.Write(capReply)
+			_ = c.Close()
+			continue
+		}
+		return &capConn{Conn: c, l: l}, nil
+	}
+}
+
+type capConn struct {
+	net.Conn
+	l    *capListener
+	once sync.Once
+}
+
+func (c *capConn) Close() error {
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// effectiveMaxConnections lowers the configured cap so that at least
+// fdReserve descriptors stay free for the journal, the checkpoint and
+// outgoing connections under the process's RLIMIT_NOFILE.
+func effectiveMaxConnections(configured int64, log *slog.Logger) int64 {
+	const fdReserve = 256
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return configured
+	}
+	limit := int64(rl.Cur)
+	if rl.Cur > uint64(1<<40) {
+		limit = 1 << 40
+	}
+	if configured > limit-fdReserve {
+		eff := max(1, limit-fdReserve)
+		log.Warn("http.max_connections lowered to keep descriptors for persistence", "configured", configured, "rlimit_nofile", limit, "effective", eff)
+		return eff
+	}
+	return configured
+}
+
+// bodyBudget caps the bytes of request bodies being read at once over
+// every write endpoint. A request reserves its Content-Length (or
+// http.max_body_bytes when the length is unknown) before its body is
+// read; a request that does not fit is answered 503 with Retry-After at
+// once, so memory stays bounded under any number of concurrent writers.
+type bodyBudget struct {
+	max, perBody int64
+	used         atomic.Int64
+	refused      prometheus.Counter
+	inflight     prometheus.GaugeFunc
+}
+
+func newBodyBudget(max, perBody int64) *bodyBudget {
+	b := &bodyBudget{max: max, perBody: perBody,
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_http_body_budget_refusals_total",
+			Help: "Write requests answered 503 because http.max_inflight_body_bytes was in use."})}
+	b.inflight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "narwhal_http_inflight_body_bytes",
+		Help: "Body bytes reserved by write requests being read."}, func() float64 { return float64(b.used.Load()) })
+	return b
+}
+
+func (b *bodyBudget) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := b.perBody
+		if r.ContentLength >= 0 && r.ContentLength < n {
+			n = max(r.ContentLength, 1)
+		}
+		if b.used.Add(n) > b.max {
+			b.used.Add(-n)
+			b.refused.Inc()
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			writeJSON(w, http.StatusServiceUnavailable, errorReply{fmt.Sprintf(
+				"server busy: %d body bytes in flight would pass http.max_inflight_body_bytes=%d; nothing was applied, retry shortly", b.used.Load()+n, b.max)})
+			return
+		}
+		defer b.used.Add(-n)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// agentAuthDisabled answers every agent report 401 when no agent token is
+// configured (agents.required=false) and unauthenticated writes are not
+// allowed: the routers' token never opens the agents' endpoint.
+func agentAuthDisabled() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
+		writeJSON(w, http.StatusUnauthorized, errorReply{"agent reports are disabled: set auth.agent_token_file (or NARWHAL_AUTH_AGENT_TOKEN); the routers' token is not accepted here"})
+	})
+}

@@ -1,0 +1,257 @@
+package service
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+)
+
+// serveDurable runs a Server over a DurableCore in a temp data dir.
+func serveDurable(t *testing.T, cfg Config) (*Server, *DurableCore, string) {
+	t.Helper()
+	cfg.DataDir = t.TempDir()
+	cfg.Engines = []EngineSeed{{ID: "e1", Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: "prefill", KVCapacityTokens: 66144},
+		{ID: "e2", Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: "decode", KVCapacityTokens: 66144}}
+	dc, err := NewCore(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, dc, nil, WithClock(func() int64 { return testNow }), WithoutControlLoop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, dc, cfg.DataDir
+}
+
+// Issue 16 defect 4: idle keep-alive connections beyond
+// http.max_connections are refused at once (503, closed), not left to
+// hang, and the journal and state checkpoint keep working meanwhile.
+func TestConnectionCapRefusesQuicklyAndStateSavesContinue(t *testing.T) {
+	cfg := testConfig()
+	cfg.HTTP.MaxConnections = 16
+	s, dc, dir := serveDurable(t, cfg)
+	addr := s.Addr().String()
+	var idle []net.Conn
+	for range 16 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	time.Sleep(50 * time.Millisecond) // let the server accept them
+	start := time.Now()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil || !strings.Contains(line, "503") || time.Since(start) > time.Second {
+		t.Fatalf("connection beyond the cap: %q %v after %v; want a 503 within 1 s", line, err, time.Since(start))
+	}
+	// Persistence works while the cap is held.
+	d := dc.Step(testNow)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := controller.LoadState(filepath.Join(dir, StateFile))
+		if err == nil && st.Seq == d.Seq {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state checkpoint not saved for seq %d while connections are capped: %+v %v", d.Seq, st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := dc.JournalHealth(); err != nil {
+		t.Fatalf("journal unhealthy while connections are capped: %v", err)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection accepted after the idle ones closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Issue 16 defect 5: concurrent request bodies are capped in bytes
+// (http.max_inflight_body_bytes): a write that does not fit is answered
+// 503 at once and applies nothing; once bodies finish, writes succeed.
+func TestConcurrentBodyBytesAreCapped(t *testing.T) {
+	cfg := testConfig()
+	cfg.HTTP.MaxBodyBytes = 64 << 10
+	cfg.HTTP.MaxInflightBodyBytes = 128 << 10
+	s, dc, _ := serveDurable(t, cfg)
+	url := "http://" + s.Addr().String() + "/v1/events"
+	line := fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`+"\n", testNow)
+	// Two slow bodies of max_body_bytes hold the whole budget.
+	var writers []*io.PipeWriter
+	results := make(chan int, 2)
+	for range 2 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req, _ := http.NewRequest(http.MethodPost, url, pr)
+		req.ContentLength = 64 << 10
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				results <- -1
+				return
+			}
+			resp.Body.Close()
+			results <- resp.StatusCode
+		}()
+		pw.Write([]byte(line))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.budget.used.Load() < 128<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slow bodies hold %d bytes; want %d", s.budget.used.Load(), 128<<10)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := dc.State(testNow).DemandHistory
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(line))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || time.Since(start) > time.Second {
+		t.Fatalf("write beyond the body budget: %d %s after %v; want 503 with Retry-After at once", resp.StatusCode, b, time.Since(start))
+	}
+	if after := dc.State(testNow).DemandHistory; fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a refused write changed the demand history")
+	}
+	// Finish the slow bodies: padding lines up to the declared length.
+	for _, pw := range writers {
+		pad := (64 << 10) - len(line)
+		pw.Write([]byte(strings.Repeat(" ", pad-1) + "\n"))
+		pw.Close()
+	}
+	for range 2 {
+		if code := <-results; code != 200 {
+			t.Fatalf("slow body answered %d; want 200", code)
+		}
+	}
+	req, _ = http.NewRequest(http.MethodPost, url, strings.NewReader(line))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || s.budget.used.Load() != 0 {
+		t.Fatalf("write after the budget freed: %d with %d bytes held; want 200 and 0", resp.StatusCode, s.budget.used.Load())
+	}
+}
+
+// Issue 16 defect 7 at the service: a journal that cannot write (a full
+// disk) makes /readyz fail with the reason and counts the error; once
+// space is back the retry writes the record and /readyz recovers.
+func TestJournalWriteFailureFailsReadinessUntilRecovered(t *testing.T) {
+	fsys := &fullFS{}
+	journalFS = fsys
+	defer func() { journalFS = nil }()
+	cfg := testConfig()
+	cfg.Journal.RetryS = 0.02
+	s, dc, _ := serveDurable(t, cfg)
+	h := s.Handler()
+	dc.Step(testNow)
+	if code, body := get(t, h, "/readyz"); code != 200 {
+		t.Fatalf("readyz with a healthy journal: %d %s", code, body)
+	}
+	fsys.full.Store(true)
+	d := dc.Step(testNow + 1e9)
+	if code, body := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "no space") {
+		t.Fatalf("readyz while the journal cannot write: %d %s; want 503 naming the error", code, body)
+	}
+	if _, m := get(t, h, "/metrics"); !strings.Contains(m, "narwhal_journal_write_errors_total ") || strings.Contains(m, "narwhal_journal_write_errors_total 0") {
+		t.Fatalf("narwhal_journal_write_errors_total missing or 0 after a failed write")
+	}
+	fsys.full.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for dc.Journal.Durable() < d.Seq || get2(t, h, "/readyz") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("journal did not recover: durable %d, want %d", dc.Journal.Durable(), d.Seq)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func get2(t *testing.T, h http.Handler, path string) int { code, _ := get(t, h, path); return code }
+
+// fullFS fails every write with ENOSPC while full.
+type fullFS struct {
+	controller.OSFS
+	full atomic.Bool
+}
+
+func (f *fullFS) OpenFile(name string, flag int, perm os.FileMode) (controller.File, error) {
+	fl, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &fullFile{File: fl, fs: f}, nil
+}
+
+type fullFile struct {
+	controller.File
+	fs *fullFS
+}
+
+func (f *fullFile) WriteAt(b []byte, off int64) (int, error) {
+	if f.fs.full.Load() {
+		return 0, fmt.Errorf("write: %w", syscall.ENOSPC)
+	}
+	return f.File.WriteAt(b, off)
+}
+
+// Issue 16 defect 10: the Authorization scheme is case-insensitive
+// (RFC 9110 section 11.1): "bearer" and "BEARER" carry the token too.
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	s := newTestServer(t, testConfig(), newRealCore(t, "e1"))
+	for _, scheme := range []string{"bearer", "BEARER", "Bearer"} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`, testNow)))
+		req.Header.Set("Authorization", scheme+" "+testToken)
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("scheme %q: %d %s; want 200", scheme, rec.Code, rec.Body.String())
+		}
+	}
+}
