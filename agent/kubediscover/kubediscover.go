@@ -1,6 +1,7 @@
 package kubediscover
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -40,6 +42,26 @@ const (
 
 // ErrInvalidConfig is returned (wrapped) by New.
 var ErrInvalidConfig = errors.New("kubediscover: invalid config")
+
+// LoadConfig decodes the agent configuration's `kubernetes` section
+// (unknown keys are errors); an empty node is a disabled Config.
+func LoadConfig(n *yaml.Node) (Config, error) {
+	var c Config
+	if n == nil || n.Kind == 0 {
+		return c, nil
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	if err := enc.Encode(n); err != nil {
+		return c, fmt.Errorf("%w: kubernetes: %w", ErrInvalidConfig, err)
+	}
+	dec := yaml.NewDecoder(&buf)
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("%w: kubernetes: %w", ErrInvalidConfig, err)
+	}
+	return c, nil
+}
 
 // Config is the agent configuration's `kubernetes` section.
 type Config struct {
@@ -304,6 +326,12 @@ func (d *Discoverer) publish(ctx context.Context, withGPUs bool) {
 		}
 		seen[e.ID] = true
 		e.PID = d.crossCheck(p, e.GPUs, devs)
+		if e.PID == 0 {
+			// Without the pod's process its network namespace is unknown,
+			// and pods on one node share port numbers: the port is not
+			// watched (liveness then comes from scrapes alone).
+			e.Port = 0
+		}
 		out = append(out, e)
 	}
 	d.mu.Lock()
