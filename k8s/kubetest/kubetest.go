@@ -64,6 +64,13 @@ type Options struct {
 	ControllerManager bool
 }
 
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has exited
+	err    error
+}
+
 // Server is a running control plane.
 type Server struct {
 	// URL is the API server's https URL.
@@ -71,7 +78,7 @@ type Server struct {
 	// AdminToken authenticates as user "admin" in group system:masters.
 	AdminToken string
 	dir        string
-	procs      []*exec.Cmd
+	procs      []*proc
 	logs       []*os.File
 	stopOnce   sync.Once
 }
@@ -179,6 +186,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := s.spawn("kube-apiserver", apiBin,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(aport),
+		"--endpoint-reconciler-type=none", // a loopback advertise address is refused by the reconciler
 		"--cert-dir="+filepath.Join(dir, "certs"),
 		"--token-auth-file="+tokFile,
 		"--authorization-mode=RBAC",
@@ -247,7 +255,9 @@ func (s *Server) spawn(name, bin string, args ...string) error {
 		logf.Close()
 		return fmt.Errorf("kubetest: start %s: %w", name, err)
 	}
-	s.procs = append(s.procs, cmd)
+	p := &proc{name: name, cmd: cmd, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	s.procs = append(s.procs, p)
 	s.logs = append(s.logs, logf)
 	return nil
 }
@@ -275,9 +285,11 @@ func (s *Server) waitReady(ctx context.Context, limit time.Duration) error {
 	}
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: tr}
 	for {
-		for i, p := range s.procs {
-			if p.ProcessState != nil {
-				return fmt.Errorf("kubetest: process %d exited", i)
+		for _, p := range s.procs {
+			select {
+			case <-p.exited:
+				return fmt.Errorf("kubetest: %s exited: %v\n%s", p.name, p.err, s.Log(p.name))
+			default:
 			}
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/readyz", nil)
@@ -303,14 +315,12 @@ func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		for i := len(s.procs) - 1; i >= 0; i-- {
 			p := s.procs[i]
-			_ = p.Process.Signal(os.Interrupt)
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
+			_ = p.cmd.Process.Signal(os.Interrupt)
 			select {
-			case <-done:
+			case <-p.exited:
 			case <-time.After(10 * time.Second):
-				_ = p.Process.Kill()
-				<-done
+				_ = p.cmd.Process.Kill()
+				<-p.exited
 			}
 		}
 		for _, f := range s.logs {
