@@ -77,8 +77,8 @@ func TestAgentDiscoversPodsOnItsNode(t *testing.T) {
 	mk("prefill-a", "node-a", role("prefill"), map[string]string{
 		kubediscover.AnnotationMetricsPort: "9090", kubediscover.AnnotationMetricsPath: "/prom", kubediscover.AnnotationEngineKind: "sglang"})
 	mk("router-a", "node-a", map[string]string{"app": "router"}, nil) // not an engine: no role label
-	mk("decode-b", "node-b", role("decode"), nil)                    // another node
-	mk("pending-a", "node-a", role("decode"), nil)                   // never started
+	mk("decode-b", "node-b", role("decode"), nil)                     // another node
+	mk("pending-a", "node-a", role("decode"), nil)                    // never started
 
 	gpus := gpuMap{{Namespace: ns, Name: "decode-a"}: {"GPU-1111", "GPU-2222"}}
 	sink := runDiscovery(t, c, kubediscover.Config{Namespace: ns, Roles: podmeta.Roles{Preset: "llm-d"}}, "node-a",

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,31 +27,37 @@ func (noDemand) Evidence(int64, int64) buckets.Evidence { return buckets.Evidenc
 // ctlCore is a core reduced to its controller, fed decode-starved inputs
 // (TPOT three times its SLO): the controller wants prefill engines moved
 // to decode, one per cooldown.
-type ctlCore struct{ *controller.Controller }
+type ctlCore struct {
+	*controller.Controller
+	last *atomic.Pointer[controller.Decision]
+}
 
 func (c ctlCore) Step(nowNs int64) controller.Decision {
-	return c.Controller.Step(nowNs, controller.Inputs{
+	d := c.Controller.Step(nowNs, controller.Inputs{
 		Arrivals: noDemand{}, Outputs: noDemand{}, PendingUnsized: 5,
 		ObservedPrefill: controller.PhaseObservation{Count: 100, Mean: 0.1, Max: 0.2},
 		ObservedDecode:  controller.PhaseObservation{Count: 100, Mean: 3, Max: 4},
 	})
+	c.last.Store(&d)
+	return d
 }
 
-func newCtl(t *testing.T) ctlCore {
+func newCtl(t *testing.T, act controller.Actuator) ctlCore {
 	t.Helper()
 	cfg := controller.DefaultConfig()
 	cfg.ConfirmSteps, cfg.CooldownS, cfg.DwellS, cfg.MaxMovesPerStep = 1, 600, 0, 1
 	tm := controller.Timing{StepNs: 1e9, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
-	c, err := controller.New(cfg, tm, nil, controller.WithLogger(quiet))
+	c, err := controller.New(cfg, tm, nil, controller.WithLogger(quiet), controller.WithActuator(act))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctlCore{c}
+	return ctlCore{c, &atomic.Pointer[controller.Decision]{}}
 }
 
 type replica struct {
 	name   string
 	k      *cluster.Cluster
+	ctl    ctlCore
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -66,12 +73,12 @@ func startReplica(t *testing.T, c kubernetes.Interface, ns, name string) *replic
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl := newCtl(t)
+	ctl := newCtl(t, k.Actuator())
 	if err := k.Bind(ctl, ctl.Controller, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{name: name, k: k, cancel: cancel, done: make(chan error, 1)}
+	r := &replica{name: name, k: k, ctl: ctl, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- k.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r

@@ -178,7 +178,7 @@ func TestChartRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl := newCtl(t)
+	ctl := newCtl(t, k.Actuator())
 	if err := k.Bind(ctl, ctl.Controller, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
