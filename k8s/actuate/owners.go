@@ -27,15 +27,17 @@ func (a *Actuator) ownerSelectsRole(ctx context.Context, pod *corev1.Pod) error 
 				return fmt.Errorf("actuate: get owner ReplicaSet %s/%s: %w", pod.Namespace, ref.Name, err)
 			}
 			sel = rs.Spec.Selector
-			if !usesKey(sel, key) {
-				for _, up := range rs.OwnerReferences {
-					if up.Kind != "Deployment" {
-						continue
-					}
-					d, err := apps.Deployments(pod.Namespace).Get(ctx, up.Name, metav1.GetOptions{})
-					if err != nil {
-						return fmt.Errorf("actuate: get owner Deployment %s/%s: %w", pod.Namespace, up.Name, err)
-					}
+			// A Deployment's ReplicaSets copy its selector: name the
+			// Deployment, the object the user edits.
+			for _, up := range rs.OwnerReferences {
+				if up.Kind != "Deployment" {
+					continue
+				}
+				d, err := apps.Deployments(pod.Namespace).Get(ctx, up.Name, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("actuate: get owner Deployment %s/%s: %w", pod.Namespace, up.Name, err)
+				}
+				if usesKey(d.Spec.Selector, key) || !usesKey(sel, key) {
 					sel, kind, name = d.Spec.Selector, "Deployment", up.Name
 				}
 			}

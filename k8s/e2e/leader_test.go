@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,19 +26,14 @@ func (noDemand) Evidence(int64, int64) buckets.Evidence { return buckets.Evidenc
 // ctlCore is a core reduced to its controller, fed decode-starved inputs
 // (TPOT three times its SLO): the controller wants prefill engines moved
 // to decode, one per cooldown.
-type ctlCore struct {
-	*controller.Controller
-	last *atomic.Pointer[controller.Decision]
-}
+type ctlCore struct{ *controller.Controller }
 
 func (c ctlCore) Step(nowNs int64) controller.Decision {
-	d := c.Controller.Step(nowNs, controller.Inputs{
+	return c.Controller.Step(nowNs, controller.Inputs{
 		Arrivals: noDemand{}, Outputs: noDemand{}, PendingUnsized: 5,
 		ObservedPrefill: controller.PhaseObservation{Count: 100, Mean: 0.1, Max: 0.2},
 		ObservedDecode:  controller.PhaseObservation{Count: 100, Mean: 3, Max: 4},
 	})
-	c.last.Store(&d)
-	return d
 }
 
 func newCtl(t *testing.T, act controller.Actuator) ctlCore {
@@ -51,7 +45,7 @@ func newCtl(t *testing.T, act controller.Actuator) ctlCore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctlCore{c, &atomic.Pointer[controller.Decision]{}}
+	return ctlCore{c}
 }
 
 type replica struct {
