@@ -251,6 +251,7 @@ func (s *Server) spawn(name, bin string, args ...string) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = s.dir
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("kubetest: start %s: %w", name, err)
