@@ -218,3 +218,62 @@ func TestChartRenders(t *testing.T) {
 		`engines.pools=[{"name":"qwen","selector":"app=qwen","method":"scale","prefill_workload":"Deployment/qwen-prefill","decode_workload":"Deployment/qwen-decode","ready_timeout_s":900}]`))
 	checkConfigs(t, pools, "llm-d", "llm-d.ai/role")
 }
+
+// TestChartEmbedsRulesAndDashboard: with files/prometheus-rules.yaml and
+// files/grafana-dashboard.json present (issue 21 adds them) and the values
+// on, the chart renders a PrometheusRule holding the rule groups and a
+// ConfigMap with the dashboard and the Grafana sidecar label; without the
+// files it renders neither (checked on a copy of the chart).
+func TestChartEmbedsRulesAndDashboard(t *testing.T) {
+	h := helm(t)
+	dir := filepath.Join(t.TempDir(), "narwhal")
+	if err := os.CopyFS(dir, os.DirFS("../charts/narwhal")); err != nil {
+		t.Fatal(err)
+	}
+	on := []string{"template", "narwhal", dir, "-n", "narwhal", "--set", "prometheusRule.enabled=true,dashboard.enabled=true"}
+	_ = os.RemoveAll(filepath.Join(dir, "files"))
+	if out := string(render(t, h, on...)); strings.Contains(out, "kind: PrometheusRule") || strings.Contains(out, "narwhal-dashboard") {
+		t.Fatal("rule or dashboard rendered without the files")
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rules := "groups:\n  - name: narwhal.slo\n    rules:\n      - alert: NarwhalNoLeader\n        expr: sum(narwhal_leader_is_leader) < 1\n        for: 1m\n"
+	dash := `{"title": "Narwhal", "panels": []}`
+	if err := os.WriteFile(filepath.Join(dir, "files", "prometheus-rules.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "files", "grafana-dashboard.json"), []byte(dash), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, h, on...)
+	decodeAll(t, "with files", out)
+	var sawRule, sawDash bool
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var obj struct {
+			Kind     string `yaml:"kind"`
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Groups []struct {
+					Name  string           `yaml:"name"`
+					Rules []map[string]any `yaml:"rules"`
+				} `yaml:"groups"`
+			} `yaml:"spec"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case obj.Kind == "PrometheusRule":
+			sawRule = len(obj.Spec.Groups) == 1 && obj.Spec.Groups[0].Name == "narwhal.slo" && obj.Spec.Groups[0].Rules[0]["alert"] == "NarwhalNoLeader"
+		case obj.Kind == "ConfigMap" && obj.Data["narwhal.json"] != "":
+			sawDash = obj.Data["narwhal.json"] == dash && obj.Metadata.Labels["grafana_dashboard"] == "1"
+		}
+	}
+	if !sawRule || !sawDash {
+		t.Fatalf("PrometheusRule ok %v, dashboard ConfigMap ok %v", sawRule, sawDash)
+	}
+}
