@@ -94,7 +94,7 @@ func TestCrossCheckWithNVMLProcesses(t *testing.T) {
 	devs := []nvml.Device{
 		{Index: 0, UUID: "GPU-a", Processes: []nvml.Process{{PID: 4100}, {PID: 5000}, {PID: 6000}}},
 		{Index: 1, UUID: "GPU-b", Processes: []nvml.Process{{PID: 4000}, {PID: 7777}}}, // 7777 gone from /proc
-		{Index: 2, UUID: "GPU-c", Processes: []nvml.Process{{PID: 5000}}},             // not the pod's GPU
+		{Index: 2, UUID: "GPU-c", Processes: []nvml.Process{{PID: 5000}}},              // not the pod's GPU
 	}
 	if pid := d.crossCheck(pod, []string{"GPU-a", "1"}, devs); pid != 4000 {
 		t.Fatalf("pid %d; want 4000 (the lowest of the pod's processes)", pid)
