@@ -241,17 +241,24 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 		err error
 		dur time.Duration
 	}
-	res := make([]result, len(a.engines))
+	a.mu.Lock()
+	engines := a.engines // SetEngines swaps the slice, never edits it
+	cfgs := make([]EngineConfig, len(engines))
+	for i, e := range engines {
+		cfgs[i] = e.cfg
+	}
+	a.mu.Unlock()
+	res := make([]result, len(engines))
 	var wg sync.WaitGroup
 	timeout := time.Duration(a.cfg.ScrapeTimeoutS * 1e9)
-	for i, e := range a.engines {
+	for i := range engines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			t0 := time.Now()
-			m, err := engine.Scrape(sctx, a.http, e.cfg.Kind, e.cfg.MetricsURL)
+			m, err := engine.Scrape(sctx, a.http, cfgs[i].Kind, cfgs[i].MetricsURL)
 			res[i] = result{m, err, time.Since(t0)}
 		}()
 	}
@@ -262,8 +269,8 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 	if gpus != nil {
 		a.gpus = gpus
 	}
-	snap := wire.Snapshot{Engines: make([]wire.EngineReport, 0, len(a.engines))}
-	for i, e := range a.engines {
+	snap := wire.Snapshot{Engines: make([]wire.EngineReport, 0, len(engines))}
+	for i, e := range engines {
 		r := res[i]
 		a.scrapeDur.Observe(r.dur.Seconds())
 		e.lastTryNs = nowNs
@@ -449,8 +456,9 @@ func (a *Agent) Health(nowNs int64) Health {
 		}
 		h.Engines = append(h.Engines, eh)
 	}
+	nEngines := len(a.engines)
 	a.mu.Unlock()
-	if len(a.engines) > 0 && fresh == 0 {
+	if nEngines > 0 && fresh == 0 {
 		h.Problems = append(h.Problems, "no engine scraped successfully within stale_after_s")
 	}
 	if a.nvml != nil {
@@ -475,7 +483,10 @@ func (a *Agent) Health(nowNs int64) Health {
 // until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.watcher != nil {
-		for _, e := range a.engines {
+		a.mu.Lock()
+		engines := a.engines
+		a.mu.Unlock()
+		for _, e := range engines {
 			if e.cfg.PID > 0 {
 				if err := a.watcher.WatchPID(e.cfg.PID); err != nil {
 					a.log.Warn("cannot watch engine pid", "engine", e.cfg.ID, "pid", e.cfg.PID, "err", err)

@@ -41,6 +41,10 @@ type Config struct {
 	// Liveness is "auto" (eBPF, else /proc), "ebpf", "proc" or "none".
 	Liveness string         `yaml:"liveness"`
 	Engines  []EngineConfig `yaml:"engines"`
+	// Kubernetes configures engine discovery on this node through the API
+	// server (agent/kubediscover.Config, decoded strictly by
+	// narwhal-agent); discovered engines are added to Engines.
+	Kubernetes yaml.Node `yaml:"kubernetes"`
 }
 
 // EngineConfig is one engine on this node.

@@ -333,21 +333,27 @@ func TestExtraRouteErrors(t *testing.T) {
 	}
 }
 
-// TestKubeDeployConfigLoads: the core.yaml of deploy/k8s-core-deployment.yaml
-// loads strictly with the pod's environment, enables the Kubernetes side
-// and builds a replica on a (fake) cluster.
+// TestKubeDeployConfigLoads: the core.yaml of deploy/narwhal.yaml (the
+// chart's rendered output) loads strictly with the pod's environment,
+// enables the Kubernetes side and builds a replica on a (fake) cluster.
 func TestKubeDeployConfigLoads(t *testing.T) {
-	b, err := os.ReadFile("../deploy/k8s-core-deployment.yaml")
+	b, err := os.ReadFile("../deploy/narwhal.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _, _ := strings.Cut(string(b), "\n---\n")
 	var cm struct {
 		Kind string            `yaml:"kind"`
 		Data map[string]string `yaml:"data"`
 	}
-	if err := yaml.Unmarshal([]byte(first), &cm); err != nil || cm.Kind != "ConfigMap" || cm.Data["core.yaml"] == "" {
-		t.Fatalf("first document: kind %q, err %v; want the ConfigMap with core.yaml", cm.Kind, err)
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		if strings.Contains(doc, "core.yaml: |") {
+			if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if cm.Kind != "ConfigMap" || cm.Data["core.yaml"] == "" {
+		t.Fatalf("no ConfigMap with core.yaml in deploy/narwhal.yaml (kind %q)", cm.Kind)
 	}
 	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-abc",
 		"NARWHAL_AUTH_TOKEN_FILE": writeFile(t, "token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": writeFile(t, "agent-token", "y"), "NARWHAL_LISTEN": "127.0.0.1:0"}
@@ -356,7 +362,7 @@ func TestKubeDeployConfigLoads(t *testing.T) {
 		t.Fatalf("deploy config: %v", err)
 	}
 	k := cfg.Kubernetes
-	if !k.Enabled || k.Namespace != "narwhal" || k.PodName != "narwhal-core-abc" || k.EngineNamespace != "llm" || cfg.Agents.Required {
+	if !k.Enabled || k.Namespace != "narwhal" || k.PodName != "narwhal-core-abc" || k.EngineNamespace != "narwhal" || cfg.Agents.Required {
 		t.Fatalf("deploy config: %+v", k)
 	}
 	cfg.Listen = "127.0.0.1:0"

@@ -9,10 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +40,17 @@ var (
 	ErrSwitchEndpoint = errors.New("actuate: role-switch endpoint failed")
 	// ErrClosed: the actuator was closed.
 	ErrClosed = errors.New("actuate: closed")
+	// ErrOwnerSelectsRole: a relabel was refused because an owner of the
+	// pod selects on the role label.
+	ErrOwnerSelectsRole = errors.New("actuate: owner selects on the role label")
+	// ErrWrongWorkload: a scale move's pod is not the pool's source
+	// workload's (or not its highest StatefulSet ordinal).
+	ErrWrongWorkload = errors.New("actuate: pod is not the pool's source workload's")
+	// ErrNotReady: after a scale, the target workload was not Ready in
+	// time.
+	ErrNotReady = errors.New("actuate: target workload not ready")
+	// ErrNoSwitchURL: a switch_url pool's pod has no switch URL.
+	ErrNoSwitchURL = errors.New("actuate: pod has no role-switch URL")
 	// ErrInvalidConfig is returned (wrapped) by New.
 	ErrInvalidConfig = errors.New("actuate: invalid config")
 )
@@ -74,6 +87,10 @@ type Config struct {
 	DrainPoll            time.Duration `json:"drain_poll" yaml:"drain_poll"`
 	SwitchTimeout        time.Duration `json:"switch_timeout" yaml:"switch_timeout"`
 	SwitchOnDrainTimeout bool          `json:"switch_on_drain_timeout" yaml:"switch_on_drain_timeout"`
+	// Roles is the role label (zero: the narwhal preset).
+	Roles podmeta.Roles `json:"roles" yaml:"roles"`
+	// Pools choose the move method per engine pod; none: relabel.
+	Pools []Pool `json:"pools" yaml:"pools"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -111,7 +128,9 @@ type Actuator struct {
 	moving map[string]bool
 	closed bool
 
-	moves *prometheus.CounterVec
+	moves    *prometheus.CounterVec
+	refusals *prometheus.CounterVec
+	journal  journal
 }
 
 var _ controller.Actuator = (*Actuator)(nil)
@@ -124,6 +143,17 @@ func New(client kubernetes.Interface, cfg Config, locate Locator, drained DrainC
 	if cfg.DrainTimeout <= 0 || cfg.DrainPoll <= 0 || cfg.SwitchTimeout <= 0 {
 		return nil, fmt.Errorf("%w: drain_timeout %v, drain_poll %v, switch_timeout %v must all be > 0",
 			ErrInvalidConfig, cfg.DrainTimeout, cfg.DrainPoll, cfg.SwitchTimeout)
+	}
+	roles, err := cfg.Roles.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	cfg.Roles = roles
+	cfg.Pools = append([]Pool(nil), cfg.Pools...)
+	for i := range cfg.Pools {
+		if err := cfg.Pools[i].validate(i); err != nil {
+			return nil, err
+		}
 	}
 	a := &Actuator{
 		client: client, cfg: cfg, locate: locate, drained: drained, done: done,
@@ -140,11 +170,20 @@ func New(client kubernetes.Interface, cfg Config, locate Locator, drained DrainC
 		Name: "narwhal_k8s_moves_total",
 		Help: "Role moves carried out on pods, by result (done, failed).",
 	}, []string{"result"})
+	a.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "narwhal_k8s_move_refusals_total",
+		Help: "Moves refused before touching the pod, by reason (owner_selects_role, wrong_workload, no_switch_url, role_mismatch).",
+	}, []string{"reason"})
+	for _, r := range []string{"owner_selects_role", "wrong_workload", "no_switch_url", "role_mismatch"} {
+		a.refusals.WithLabelValues(r)
+	}
 	return a, nil
 }
 
 // Collectors returns the actuator's metrics.
-func (a *Actuator) Collectors() []prometheus.Collector { return []prometheus.Collector{a.moves} }
+func (a *Actuator) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{a.moves, a.refusals}
+}
 
 // Start validates m and begins the move in the background.
 func (a *Actuator) Start(m controller.Move) error {
@@ -188,35 +227,70 @@ func (a *Actuator) Close() error {
 
 func (a *Actuator) run(m controller.Move, ref discover.PodRef) {
 	defer a.wg.Done()
-	err := a.move(a.ctx, m, ref)
+	startNs := a.now()
+	method, err := a.move(a.ctx, m, ref)
 	a.mu.Lock()
 	delete(a.moving, m.EngineID)
 	a.mu.Unlock()
 	log := a.logger.With("engine", m.EngineID, "pod", ref.Namespace+"/"+ref.Name,
 		"from", m.From.String(), "to", m.To.String(), "decision_seq", m.DecisionSeq)
+	rec := MoveRecord{EngineID: m.EngineID, Pod: ref.Namespace + "/" + ref.Name, From: m.From.String(), To: m.To.String(),
+		Method: string(method), DecisionSeq: m.DecisionSeq, StartNs: startNs, Result: "done"}
+	if reason := refusalReason(err); reason != "" {
+		a.refusals.WithLabelValues(reason).Inc()
+		rec.Result = "refused"
+	}
 	if err != nil {
+		if rec.Result == "done" {
+			rec.Result = "failed"
+		}
+		rec.Error = err.Error()
 		a.moves.WithLabelValues("failed").Inc()
-		log.Warn("move failed", "err", err)
+		log.Warn("move "+rec.Result, "method", method, "err", err)
+		a.event(ref, corev1.EventTypeWarning, "NarwhalMove"+strings.ToUpper(rec.Result[:1])+rec.Result[1:],
+			fmt.Sprintf("%s -> %s (%s, decision %d): %v", m.From, m.To, method, m.DecisionSeq, err))
 	} else {
 		a.moves.WithLabelValues("done").Inc()
-		log.Info("move done")
+		log.Info("move done", "method", method)
+		a.event(ref, corev1.EventTypeNormal, "NarwhalMoveDone",
+			fmt.Sprintf("%s -> %s (%s, decision %d)", m.From, m.To, method, m.DecisionSeq))
 	}
-	a.done(m.EngineID, a.now(), err)
+	now := a.now()
+	rec.EndNs = now
+	a.journal.add(rec)
+	a.done(m.EngineID, now, err)
 }
 
-// move performs the steps in the package doc.
-func (a *Actuator) move(ctx context.Context, m controller.Move, ref discover.PodRef) error {
+// move performs the steps in the package doc and returns the method used.
+func (a *Actuator) move(ctx context.Context, m controller.Move, ref discover.PodRef) (Method, error) {
 	pods := a.client.CoreV1().Pods(ref.Namespace)
 	pod, err := pods.Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		return a.wrapCtx(fmt.Errorf("actuate: get pod %s/%s: %w", ref.Namespace, ref.Name, err))
+		return MethodRelabel, a.wrapCtx(fmt.Errorf("actuate: get pod %s/%s: %w", ref.Namespace, ref.Name, err))
 	}
-	if got := pod.Labels[podmeta.LabelRole]; got != m.From.String() {
-		return fmt.Errorf("%w: pod %s/%s has %s=%q, move is from %q",
-			ErrRoleMismatch, ref.Namespace, ref.Name, podmeta.LabelRole, got, m.From)
+	method := MethodRelabel
+	pool := a.poolFor(pod)
+	if pool != nil {
+		method = pool.Method
+	}
+	key := a.cfg.Roles.Key
+	if got := pod.Labels[key]; got != a.cfg.Roles.Value(m.From) {
+		return method, fmt.Errorf("%w: pod %s/%s has %s=%q, move is from %q",
+			ErrRoleMismatch, ref.Namespace, ref.Name, key, got, a.cfg.Roles.Value(m.From))
+	}
+	if method == MethodScale {
+		return method, a.scaleMove(ctx, m, ref, pod, pool)
+	}
+	url := pod.Annotations[podmeta.AnnotationRoleSwitchURL]
+	if method == MethodSwitchURL && url == "" {
+		return method, fmt.Errorf("%w: pod %s/%s in pool %q (method switch_url) has no %s annotation",
+			ErrNoSwitchURL, ref.Namespace, ref.Name, pool.Name, podmeta.AnnotationRoleSwitchURL)
+	}
+	if err := a.ownerSelectsRole(ctx, pod); err != nil {
+		return method, a.wrapCtx(err)
 	}
 	if err := a.patch(ctx, ref, nil, map[string]any{podmeta.AnnotationDraining: "true"}); err != nil {
-		return a.wrapCtx(fmt.Errorf("actuate: mark draining: %w", err))
+		return method, a.wrapCtx(fmt.Errorf("actuate: mark draining: %w", err))
 	}
 	fail := func(err error) error {
 		// Undo the drain mark even when ctx is cancelled: the engine
@@ -230,20 +304,20 @@ func (a *Actuator) move(ctx context.Context, m controller.Move, ref discover.Pod
 	}
 	if err := a.waitDrained(ctx, m.EngineID); err != nil {
 		if !errors.Is(err, ErrDrainTimeout) || !a.cfg.SwitchOnDrainTimeout {
-			return fail(err)
+			return method, fail(err)
 		}
 		a.logger.Warn("drain timed out; switching anyway", "engine", m.EngineID)
 	}
-	if url := pod.Annotations[podmeta.AnnotationRoleSwitchURL]; url != "" {
+	if url != "" {
 		if err := a.callSwitch(ctx, url, m); err != nil {
-			return fail(err)
+			return method, fail(err)
 		}
 	}
-	if err := a.patch(ctx, ref, map[string]any{podmeta.LabelRole: m.To.String()},
+	if err := a.patch(ctx, ref, map[string]any{key: a.cfg.Roles.Value(m.To)},
 		map[string]any{podmeta.AnnotationDraining: nil}); err != nil {
-		return fail(fmt.Errorf("actuate: patch role label: %w", err))
+		return method, fail(fmt.Errorf("actuate: patch role label: %w", err))
 	}
-	return nil
+	return method, nil
 }
 
 // wrapCtx reports a cancellation caused by Close as ErrClosed.

@@ -9,6 +9,7 @@ import (
 	"github.com/narwhal-io/narwhal/k8s/actuate"
 	"github.com/narwhal-io/narwhal/k8s/discover"
 	"github.com/narwhal-io/narwhal/k8s/leader"
+	"github.com/narwhal-io/narwhal/k8s/podmeta"
 )
 
 // ErrInvalidConfig is returned (wrapped) by Validate and New.
@@ -32,9 +33,18 @@ type Config struct {
 	StateKey       string `yaml:"state_key" json:"state_key"`
 
 	// EngineNamespace ("" = every namespace) and EngineSelector select
-	// the engine pods.
+	// the engine pods; an empty EngineSelector is the role label in
+	// (prefill, decode).
 	EngineNamespace string `yaml:"engine_namespace" json:"engine_namespace"`
 	EngineSelector  string `yaml:"engine_selector" json:"engine_selector"`
+
+	// Roles is the pod label routers read the role from: preset narwhal
+	// (narwhal.io/role) or llm-d (llm-d.ai/role), key and values
+	// overridable.
+	Roles podmeta.Roles `yaml:"roles" json:"roles"`
+	// Pools choose how engines move (relabel, scale, switch_url); a pod
+	// no pool matches is relabelled.
+	Pools []PoolConfig `yaml:"pools" json:"pools"`
 
 	DrainTimeoutS        float64 `yaml:"drain_timeout_s" json:"drain_timeout_s"`
 	DrainPollS           float64 `yaml:"drain_poll_s" json:"drain_poll_s"`
@@ -43,6 +53,16 @@ type Config struct {
 
 	// LabelLeader labels the leader's own pod narwhal.io/leader=true.
 	LabelLeader bool `yaml:"label_leader" json:"label_leader"`
+}
+
+// PoolConfig is one entry of kubernetes.pools (see actuate.Pool).
+type PoolConfig struct {
+	Name            string  `yaml:"name" json:"name"`
+	Selector        string  `yaml:"selector" json:"selector"`
+	Method          string  `yaml:"method" json:"method"`
+	PrefillWorkload string  `yaml:"prefill_workload" json:"prefill_workload"`
+	DecodeWorkload  string  `yaml:"decode_workload" json:"decode_workload"`
+	ReadyTimeoutS   float64 `yaml:"ready_timeout_s" json:"ready_timeout_s"`
 }
 
 // LabelLeader is the label the leader puts on its own pod.
@@ -58,7 +78,6 @@ func DefaultConfig() Config {
 		RetryPeriodS:   l.RetryPeriod.Seconds(),
 		StateConfigMap: "narwhal-core-state",
 		StateKey:       "controller-state.json",
-		EngineSelector: "narwhal.io/role in (prefill,decode)",
 		DrainTimeoutS:  a.DrainTimeout.Seconds(),
 		DrainPollS:     a.DrainPoll.Seconds(),
 		SwitchTimeoutS: a.SwitchTimeout.Seconds(),
@@ -86,12 +105,23 @@ func (c Config) leaderConfig() leader.Config {
 }
 
 func (c Config) actuateConfig() actuate.Config {
-	return actuate.Config{DrainTimeout: dur(c.DrainTimeoutS), DrainPoll: dur(c.DrainPollS),
-		SwitchTimeout: dur(c.SwitchTimeoutS), SwitchOnDrainTimeout: c.SwitchOnDrainTimeout}
+	a := actuate.Config{DrainTimeout: dur(c.DrainTimeoutS), DrainPoll: dur(c.DrainPollS),
+		SwitchTimeout: dur(c.SwitchTimeoutS), SwitchOnDrainTimeout: c.SwitchOnDrainTimeout, Roles: c.Roles}
+	for _, p := range c.Pools {
+		a.Pools = append(a.Pools, actuate.Pool{Name: p.Name, Selector: p.Selector, Method: actuate.Method(p.Method),
+			Prefill: p.PrefillWorkload, Decode: p.DecodeWorkload, ReadyTimeout: dur(p.ReadyTimeoutS)})
+	}
+	return a
 }
 
 func (c Config) discoverConfig() discover.Config {
-	return discover.Config{Namespace: c.EngineNamespace, Selector: c.EngineSelector}
+	sel := c.EngineSelector
+	if sel == "" {
+		if r, err := c.Roles.Resolve(); err == nil {
+			sel = r.Selector()
+		}
+	}
+	return discover.Config{Namespace: c.EngineNamespace, Selector: sel, Roles: c.Roles}
 }
 
 // Validate names the first field that breaks a rule (prefixed
@@ -118,6 +148,14 @@ func (c Config) Validate() error {
 		return bad("state_configmap", `""`, "set")
 	case c.StateKey == "":
 		return bad("state_key", `""`, "set")
+	}
+	if _, err := c.Roles.Resolve(); err != nil {
+		return fmt.Errorf("%w: kubernetes.roles: %w", ErrInvalidConfig, err)
+	}
+	for i, p := range c.Pools {
+		if math.IsNaN(p.ReadyTimeoutS) || p.ReadyTimeoutS < 0 || p.ReadyTimeoutS > 86400 {
+			return bad(fmt.Sprintf("pools[%d].ready_timeout_s", i), p.ReadyTimeoutS, "in [0, 86400]")
+		}
 	}
 	if err := c.leaderConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: kubernetes: %w", ErrInvalidConfig, err)

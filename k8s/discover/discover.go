@@ -45,6 +45,8 @@ type Config struct {
 	Namespace string `json:"namespace" yaml:"namespace"`
 	// Selector is a label selector, e.g. "app.kubernetes.io/component=engine".
 	Selector string `json:"selector" yaml:"selector"`
+	// Roles is the role label (zero: the narwhal preset).
+	Roles podmeta.Roles `json:"roles" yaml:"roles"`
 	// ResyncPeriod re-delivers every pod periodically; 0 disables.
 	ResyncPeriod time.Duration `json:"resync_period" yaml:"resync_period"`
 }
@@ -86,6 +88,11 @@ func New(client kubernetes.Interface, cfg Config, sink Sink, logger *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("%w: selector %q: %w", ErrInvalidConfig, cfg.Selector, err)
 	}
+	roles, err := cfg.Roles.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	cfg.Roles = roles
 	if cfg.ResyncPeriod < 0 {
 		return nil, fmt.Errorf("%w: resync_period %v must be >= 0", ErrInvalidConfig, cfg.ResyncPeriod)
 	}
@@ -195,7 +202,7 @@ func (d *Discoverer) apply(obj any) {
 		d.forget(ref) // left the selector (watch events are not filtered by every source)
 		return
 	}
-	eng, err := podmeta.EngineFromPod(pod)
+	eng, err := d.cfg.Roles.EngineFromPod(pod)
 	if err != nil {
 		d.logger.Debug("pod is not an engine", "pod", ref.Namespace+"/"+ref.Name, "err", err)
 		d.forget(ref)

@@ -2,7 +2,6 @@ package podmeta
 
 import (
 	"errors"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -50,17 +49,10 @@ func Live(pod *corev1.Pod) bool {
 // Draining reports whether the pod carries narwhal.io/draining=true.
 func Draining(pod *corev1.Pod) bool { return pod.Annotations[AnnotationDraining] == "true" }
 
-// Role returns the pod's role label.
+// Role returns the pod's narwhal.io/role label (the narwhal preset; see
+// Roles for others).
 func Role(pod *corev1.Pod) (controller.Role, error) {
-	v, ok := pod.Labels[LabelRole]
-	if !ok {
-		return controller.RoleNone, fmt.Errorf("pod %s/%s: %w (missing)", pod.Namespace, pod.Name, ErrNoRole)
-	}
-	r, ok := controller.ParseRole(v)
-	if !ok {
-		return controller.RoleNone, fmt.Errorf("pod %s/%s: %w (%q)", pod.Namespace, pod.Name, ErrNoRole, v)
-	}
-	return r, nil
+	return DefaultRoles().Role(pod)
 }
 
 // EngineFromPod builds the engine row Kubernetes knows about: id, node,
@@ -70,11 +62,11 @@ func Role(pod *corev1.Pod) (controller.Role, error) {
 // reported not live, so every replica's role table stops sending it new
 // work. Residency and KV capacity come from the agent, not from here.
 func EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
-	role, err := Role(pod)
-	if err != nil {
-		return controller.Engine{}, err
-	}
-	e := controller.Engine{
+	return DefaultRoles().EngineFromPod(pod)
+}
+
+func engineFromPod(pod *corev1.Pod, role controller.Role) controller.Engine {
+	return controller.Engine{
 		ID:    EngineID(pod),
 		Node:  pod.Spec.NodeName,
 		Model: pick(pod.Annotations[AnnotationModel], pod.Labels[LabelModel]),
@@ -83,7 +75,6 @@ func EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
 		State: controller.StateServing,
 		Live:  Live(pod) && !Draining(pod),
 	}
-	return e, nil
 }
 
 func pick(a, b string) string {

@@ -1,0 +1,48 @@
+// Package kubediscover finds the inference engines on the agent's own node
+// through the Kubernetes API server, so the agent needs no hand-written
+// engine list on Kubernetes (the static list in the agent's configuration
+// stays for hosts without Kubernetes).
+//
+// What it reads, per engine pod:
+//
+//   - the pods: a list and watch of pods with the field selector
+//     spec.nodeName=<node> and the configured label selector (by default
+//     the role label in (prefill, decode)); only Running pods with an IP
+//     are engines;
+//   - the metrics endpoint: http://<pod IP>:<port><path>, the port being
+//     the pod annotation narwhal.io/metrics-port (a number or a container
+//     port name), else the container port named metrics_port_name
+//     (default "http"), else the first container port; the path is the
+//     annotation narwhal.io/metrics-path, else metrics_path ("/metrics").
+//     The pod IP is reached over the pod network: the agent needs no host
+//     network;
+//   - the engine kind: annotation narwhal.io/engine-kind (vllm, sglang),
+//     else default_kind;
+//   - id, model, GPU kind and role as the core reads them (k8s/podmeta, the
+//     configured role label);
+//   - GPUs: the kubelet's PodResources API (agent/podresources) gives each
+//     pod's GPU ids; NVML's process list cross-checks it: a process on one
+//     of the pod's GPUs must belong to the pod (its /proc/<pid>/cgroup names
+//     the pod UID). A process of another pod on the pod's GPU is a
+//     disagreement (logged, counted in
+//     narwhal_agent_gpu_mapping_disagreements_total). The pod's process
+//     found this way is the engine PID watched for liveness, and its
+//     network namespace (/proc/<pid>/ns/net) keys the eBPF port watch, so
+//     two pods listening on one port are told apart.
+//
+// Privileges (the chart's DaemonSet): RBAC get, list and watch on pods;
+// the PodResources socket directory mounted read-only; hostPID to see the
+// engine processes NVML reports; CAP_SYS_PTRACE to read another
+// container's /proc/<pid>/ns/net (the kernel's ptrace read-access check,
+// which CAP_BPF and CAP_PERFMON do not pass).
+//
+// Choices where the issue is silent:
+//   - Pods not Running, without an IP, or being deleted are not engines;
+//     a pod whose role label is missing or unknown is skipped (logged at
+//     debug), as the core does.
+//   - The GPU map is refreshed on every pod change and every
+//     gpu_refresh_s (default 10 s); PodResources has no watch.
+//
+// Concurrency: Run owns its goroutines; Engines is safe for concurrent
+// use.
+package kubediscover

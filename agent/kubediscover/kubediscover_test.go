@@ -1,0 +1,108 @@
+package kubediscover
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/nvml"
+)
+
+func newD(t *testing.T, cfg Config, opts ...Option) *Discoverer {
+	t.Helper()
+	d, err := New(fake.NewSimpleClientset(), cfg, "node-a", func([]agent.EngineConfig) {}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func runningPod(name string, labels, ann map[string]string, ports ...corev1.ContainerPort) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "llm", Name: name, UID: types.UID("uid-" + name), Labels: labels, Annotations: ann},
+		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Ports: ports}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7"},
+	}
+}
+
+func TestEngineFromPodEndpoints(t *testing.T) {
+	d := newD(t, Config{})
+	role := map[string]string{"narwhal.io/role": "prefill"}
+	f := func(p *corev1.Pod, wantURL string, wantPort uint16) {
+		t.Helper()
+		e, err := d.EngineFromPod(p, nil)
+		if err != nil || e.MetricsURL != wantURL || e.Port != wantPort {
+			t.Fatalf("%s: %+v, %v; want %s port %d", p.Name, e, err, wantURL, wantPort)
+		}
+	}
+	f(runningPod("named", role, nil, corev1.ContainerPort{Name: "grpc", ContainerPort: 9000}, corev1.ContainerPort{Name: "http", ContainerPort: 8000}),
+		"http://10.0.0.7:8000/metrics", 8000)
+	f(runningPod("first", role, nil, corev1.ContainerPort{ContainerPort: 30000}), "http://10.0.0.7:30000/metrics", 30000)
+	f(runningPod("ann", role, map[string]string{AnnotationMetricsPort: "grpc", AnnotationMetricsPath: "/m"},
+		corev1.ContainerPort{Name: "grpc", ContainerPort: 9000}), "http://10.0.0.7:9000/m", 9000)
+	for _, p := range []*corev1.Pod{
+		runningPod("noport", role, nil),
+		runningPod("badann", role, map[string]string{AnnotationMetricsPort: "70000"}, corev1.ContainerPort{ContainerPort: 1}),
+		runningPod("missingname", role, map[string]string{AnnotationMetricsPort: "metrics"}, corev1.ContainerPort{ContainerPort: 1}),
+		runningPod("kind", role, map[string]string{AnnotationEngineKind: "trt"}, corev1.ContainerPort{ContainerPort: 1}),
+		runningPod("norole", nil, nil, corev1.ContainerPort{ContainerPort: 1}),
+	} {
+		if _, err := d.EngineFromPod(p, nil); err == nil {
+			t.Fatalf("%s accepted", p.Name)
+		}
+	}
+	pending := runningPod("pending", role, nil, corev1.ContainerPort{ContainerPort: 1})
+	pending.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	if _, err := d.EngineFromPod(pending, nil); err == nil {
+		t.Fatal("pending pod accepted")
+	}
+	if _, err := New(fake.NewSimpleClientset(), Config{DefaultKind: "trt"}, "n", func([]agent.EngineConfig) {}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("bad default_kind: %v", err)
+	}
+}
+
+// The engine PID is the pod's process on its GPUs (its cgroup names the
+// pod UID, in either systemd or cgroupfs spelling); a process of another
+// pod on the same GPU is a counted disagreement.
+func TestCrossCheckWithNVMLProcesses(t *testing.T) {
+	proc := t.TempDir()
+	cg := func(pid int, body string) {
+		dir := filepath.Join(proc, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := runningPod("vllm-0", map[string]string{"narwhal.io/role": "decode"}, nil)
+	pod.UID = "0a1b2c3d-1111-2222-3333-444455556666"
+	cg(4100, "0::/kubepods.slice/kubepods-pod0a1b2c3d_1111_2222_3333_444455556666.slice/cri-containerd-abc.scope\n")
+	cg(4000, "0::/kubepods/besteffort/pod0a1b2c3d-1111-2222-3333-444455556666/def\n")
+	cg(5000, "0::/kubepods.slice/kubepods-podffffffff_0000_0000_0000_000000000000.slice/x\n")
+	cg(6000, "0::/system.slice/nvidia-persistenced.service\n")
+	d := newD(t, Config{}, WithProcRoot(proc))
+	devs := []nvml.Device{
+		{Index: 0, UUID: "GPU-a", Processes: []nvml.Process{{PID: 4100}, {PID: 5000}, {PID: 6000}}},
+		{Index: 1, UUID: "GPU-b", Processes: []nvml.Process{{PID: 4000}, {PID: 7777}}}, // 7777 gone from /proc
+		{Index: 2, UUID: "GPU-c", Processes: []nvml.Process{{PID: 5000}}},              // not the pod's GPU
+	}
+	if pid := d.crossCheck(pod, []string{"GPU-a", "1"}, devs); pid != 4000 {
+		t.Fatalf("pid %d; want 4000 (the lowest of the pod's processes)", pid)
+	}
+	if n := testutil.ToFloat64(d.disagr); n != 1 {
+		t.Fatalf("disagreements %v; want 1 (pid 5000 of another pod on GPU-a)", n)
+	}
+	if pid := d.crossCheck(pod, nil, devs); pid != 0 {
+		t.Fatalf("no GPUs: pid %d", pid)
+	}
+}

@@ -1,0 +1,287 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/agent/kubediscover"
+	"github.com/narwhal-io/narwhal/service"
+)
+
+// RenderArgs are the helm template arguments of narwhal.yaml.
+var RenderArgs = []string{"template", "narwhal", "../charts/narwhal", "-n", "narwhal", "--set", "auth.existingSecret=narwhal-token"}
+
+var strict = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+// monitoringKinds are the Prometheus Operator kinds the chart may render
+// (not in client-go's scheme; checked as YAML).
+var monitoringKinds = map[string]bool{"ServiceMonitor": true, "PodMonitor": true, "PrometheusRule": true}
+
+// decodeAll decodes every document strictly (unknown or duplicate fields
+// fail) into client-go's types.
+func decodeAll(t *testing.T, name string, b []byte) []runtime.Object {
+	t.Helper()
+	var out []runtime.Object
+	for i, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var head struct {
+			APIVersion string `yaml:"apiVersion"`
+			Kind       string `yaml:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			t.Fatalf("%s document %d: %v", name, i, err)
+		}
+		if head.Kind == "" {
+			continue // comments only
+		}
+		if monitoringKinds[head.Kind] {
+			if head.APIVersion != "monitoring.coreos.com/v1" {
+				t.Fatalf("%s document %d: %s apiVersion %q", name, i, head.Kind, head.APIVersion)
+			}
+			continue
+		}
+		obj, _, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s document %d (%s): %v", name, i, head.Kind, err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+func find[T runtime.Object](objs []runtime.Object, match func(T) bool) T {
+	var zero T
+	for _, o := range objs {
+		if v, ok := o.(T); ok && match(v) {
+			return v
+		}
+	}
+	return zero
+}
+
+// checkConfigs loads the rendered core.yaml with the service's strict
+// loader and the agent.yaml with the agent's, as the binaries do.
+func checkConfigs(t *testing.T, objs []runtime.Object, ns, roleKey string) {
+	t.Helper()
+	core := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["core.yaml"] != "" })
+	ag := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["agent.yaml"] != "" })
+	if core == nil || ag == nil {
+		t.Fatal("core.yaml or agent.yaml ConfigMap missing")
+	}
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The chart's core.yaml names both token files; the test points them
+	// at files of its own (as the Secret's mount would provide them).
+	if body := core.Data["core.yaml"]; !strings.Contains(body, "token_file: /etc/narwhal/token/token") || !strings.Contains(body, "agent_token_file: /etc/narwhal/token/agent-token") {
+		t.Fatalf("core.yaml must name the router and the agent token files:\n%s", body)
+	}
+	env := map[string]string{"POD_NAMESPACE": ns, "POD_NAME": "narwhal-core-0", "NARWHAL_AUTH_TOKEN_FILE": write("token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": write("agent-token", "y")}
+	cfg, err := service.Load([]string{"--config", write("core.yaml", core.Data["core.yaml"])}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("core.yaml: %v", err)
+	}
+	if cfg.Auth.Token != "x" || cfg.Auth.AgentToken != "y" {
+		t.Fatalf("tokens: router %q agent %q; want x and y", cfg.Auth.Token, cfg.Auth.AgentToken)
+	}
+	k := cfg.Kubernetes
+	if !k.Enabled || k.Namespace != ns || !strings.HasPrefix(k.EngineSelector, roleKey+" in (") {
+		t.Fatalf("core.yaml kubernetes section: %+v", k)
+	}
+	t.Setenv("NODE_NAME", "gpu-node-1")
+	ac, err := agent.LoadConfig(write("agent.yaml", ag.Data["agent.yaml"]))
+	if err != nil {
+		t.Fatalf("agent.yaml: %v", err)
+	}
+	kc, err := kubediscover.LoadConfig(&ac.Kubernetes)
+	if err != nil || !kc.Enabled {
+		t.Fatalf("agent.yaml kubernetes section: %+v, %v", kc, err)
+	}
+	if r, err := kc.Roles.Resolve(); err != nil || r.Key != roleKey {
+		t.Fatalf("agent roles %+v, %v; want key %s", r, err, roleKey)
+	}
+	if !strings.Contains(ac.CoreURL, "-core-leader.") {
+		t.Fatalf("agent core_url %q: agents report to the leader Service", ac.CoreURL)
+	}
+}
+
+// TestRenderedManifests: deploy/narwhal.yaml decodes strictly, its
+// configurations load, and its DaemonSet asks for exactly the privileges
+// the agent documents.
+func TestRenderedManifests(t *testing.T) {
+	b, err := os.ReadFile("narwhal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, "narwhal.yaml", b)
+	seen := map[string]int{}
+	for _, o := range objs {
+		acc := o.(interface{ GetName() string })
+		kind := fmt.Sprintf("%T", o)
+		seen[kind+"/"+acc.GetName()]++
+	}
+	for k, n := range seen {
+		if n > 1 {
+			t.Fatalf("%s defined %d times", k, n)
+		}
+	}
+	checkConfigs(t, objs, "narwhal", "narwhal.io/role")
+	ds := find(objs, func(*appsv1.DaemonSet) bool { return true })
+	if ds == nil {
+		t.Fatal("no DaemonSet")
+	}
+	spec := ds.Spec.Template.Spec
+	if !spec.HostPID || spec.HostNetwork || spec.ServiceAccountName != "narwhal-agent" {
+		t.Fatalf("agent pod: hostPID %v hostNetwork %v sa %q", spec.HostPID, spec.HostNetwork, spec.ServiceAccountName)
+	}
+	sc := spec.Containers[0].SecurityContext
+	if *sc.Privileged || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		!slices.Equal(sc.Capabilities.Add, []corev1.Capability{"BPF", "PERFMON", "SYS_PTRACE"}) {
+		t.Fatalf("agent capabilities %+v", sc.Capabilities)
+	}
+	mounted := false
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/var/lib/kubelet/pod-resources" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Fatal("the kubelet's pod-resources directory is not mounted")
+	}
+	dep := find(objs, func(d *appsv1.Deployment) bool { return d.Name == "narwhal-core" })
+	if dep == nil || *dep.Spec.Replicas != 3 || dep.Spec.Template.Spec.ServiceAccountName != "narwhal-core" ||
+		!*dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
+		t.Fatalf("core deployment %+v", dep)
+	}
+}
+
+// helm returns the helm command: $HELM, else helm on PATH. Without it the
+// test skips, except in CI.
+func helm(t *testing.T) []string {
+	t.Helper()
+	if h := os.Getenv("HELM"); h != "" {
+		return strings.Fields(h)
+	}
+	if p, err := exec.LookPath("helm"); err == nil {
+		return []string{p}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("helm not found (set HELM, e.g. HELM=\"go run helm.sh/helm/v3/cmd/helm@v3.22.0\")")
+	}
+	t.Skip("helm not found; set HELM to run the chart tests")
+	return nil
+}
+
+func render(t *testing.T, h []string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(h[0], append(h[1:], args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// TestChartRenders: narwhal.yaml is what the chart renders now, and the
+// chart renders strictly decodable objects with the llm-d preset, with
+// every namespace watched, and with monitoring on.
+func TestChartRenders(t *testing.T) {
+	h := helm(t)
+	got := render(t, h, RenderArgs...)
+	want, err := os.ReadFile("narwhal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("deploy/narwhal.yaml is not the chart's output; regenerate it:\n  helm %s > deploy/narwhal.yaml", strings.Join(RenderArgs, " "))
+	}
+	llmd := decodeAll(t, "llm-d preset", render(t, h, "template", "n", "../charts/narwhal", "-n", "llm-d",
+		"-f", "../charts/narwhal/values-llm-d.yaml"))
+	checkConfigs(t, llmd, "llm-d", "llm-d.ai/role")
+	all := decodeAll(t, "all namespaces", render(t, h, "template", "narwhal", "../charts/narwhal", "-n", "ops",
+		"--set", "engines.allNamespaces=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboard.enabled=true"))
+	checkConfigs(t, all, "ops", "narwhal.io/role")
+	pools := decodeAll(t, "scale pool", render(t, h, "template", "narwhal", "../charts/narwhal", "-n", "llm-d",
+		"-f", "../charts/narwhal/values-llm-d.yaml", "--set-json",
+		`engines.pools=[{"name":"qwen","selector":"app=qwen","method":"scale","prefill_workload":"Deployment/qwen-prefill","decode_workload":"Deployment/qwen-decode","ready_timeout_s":900}]`))
+	checkConfigs(t, pools, "llm-d", "llm-d.ai/role")
+}
+
+// TestChartEmbedsRulesAndDashboard: with files/prometheus-rules.yaml and
+// files/grafana-dashboard.json present (issue 21 adds them) and the values
+// on, the chart renders a PrometheusRule holding the rule groups and a
+// ConfigMap with the dashboard and the Grafana sidecar label; without the
+// files it renders neither (checked on a copy of the chart).
+func TestChartEmbedsRulesAndDashboard(t *testing.T) {
+	h := helm(t)
+	dir := filepath.Join(t.TempDir(), "narwhal")
+	if err := os.CopyFS(dir, os.DirFS("../charts/narwhal")); err != nil {
+		t.Fatal(err)
+	}
+	on := []string{"template", "narwhal", dir, "-n", "narwhal", "--set", "prometheusRule.enabled=true,dashboard.enabled=true"}
+	_ = os.RemoveAll(filepath.Join(dir, "files"))
+	if out := string(render(t, h, on...)); strings.Contains(out, "kind: PrometheusRule") || strings.Contains(out, "narwhal-dashboard") {
+		t.Fatal("rule or dashboard rendered without the files")
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rules := "groups:\n  - name: narwhal.slo\n    rules:\n      - alert: NarwhalNoLeader\n        expr: sum(narwhal_leader_is_leader) < 1\n        for: 1m\n"
+	dash := `{"title": "Narwhal", "panels": []}`
+	if err := os.WriteFile(filepath.Join(dir, "files", "prometheus-rules.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "files", "grafana-dashboard.json"), []byte(dash), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, h, on...)
+	decodeAll(t, "with files", out)
+	var sawRule, sawDash bool
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var obj struct {
+			Kind     string `yaml:"kind"`
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Groups []struct {
+					Name  string           `yaml:"name"`
+					Rules []map[string]any `yaml:"rules"`
+				} `yaml:"groups"`
+			} `yaml:"spec"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case obj.Kind == "PrometheusRule":
+			sawRule = len(obj.Spec.Groups) == 1 && obj.Spec.Groups[0].Name == "narwhal.slo" && obj.Spec.Groups[0].Rules[0]["alert"] == "NarwhalNoLeader"
+		case obj.Kind == "ConfigMap" && obj.Data["narwhal.json"] != "":
+			sawDash = obj.Data["narwhal.json"] == dash && obj.Metadata.Labels["grafana_dashboard"] == "1"
+		}
+	}
+	if !sawRule || !sawDash {
+		t.Fatalf("PrometheusRule ok %v, dashboard ConfigMap ok %v", sawRule, sawDash)
+	}
+}
