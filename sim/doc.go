@@ -133,10 +133,15 @@
 //   - narwhal and threshold start from the fluid split of the first 10
 //     minutes (openingSplit: an operator sizing for the opening traffic);
 //     SuiteOptions.EvenStart (--even-start) starts them from an even split
-//     as the benchmark rows do. The controller gets the exact profile and the engines run at
-//     the profile's speed; Scenario.ControllerProfile, EngineSlowdown and
-//     DrawnSlowdown are the hook for running the controller from a prior
-//     profile on engines 0.7–1.3× off it.
+//     as the benchmark rows do.
+//   - Deployment: each scenario's engines run at its drawn
+//     Scenario.EngineSlowdown (0.7–1.3× the published profile's times;
+//     static-best, threshold and the calibration run on them too; the SLOs
+//     and the opening split come from the published profile, what an
+//     operator knows). Each SuiteVariant says what its controller starts
+//     from: the CLI runs the deployment default, prior with online
+//     calibration, and beside it NAME@exact, the engines' true profile
+//     without calibration (what a perfect profile gives).
 //
 // RunSuite runs the scenarios; SummarizeSuite gives per policy and group
 // (half × all/shifting/stationary) the distribution (mean, p10, worst,

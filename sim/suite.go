@@ -24,9 +24,16 @@ import (
 
 // SuiteVariant is one narwhal configuration the suite runs (Core nil:
 // core.DefaultConfig()); the SLOs are always the scenario's.
+// ControllerProfile and Calibrate are what the controller starts from and
+// whether it calibrates online (Config.ControllerProfile, Config.Calibrate;
+// "": exact). A deployment starts from ProfilePrior with Calibrate (the
+// CLI's default); ProfileExact without calibration is the reference of a
+// perfect profile.
 type SuiteVariant struct {
-	Name string
-	Core *core.Config
+	Name              string
+	Core              *core.Config
+	ControllerProfile string
+	Calibrate         bool
 }
 
 // SuiteOptions configures RunSuite.
@@ -55,10 +62,20 @@ type Outcome struct {
 	Reversals      int     `json:"reversals"`
 	QuickReversals int     `json:"quick_reversals"`
 	WallS          float64 `json:"wall_s"`
+	// What the run was: the engines' slowdown and, for narwhal, the
+	// controller's starting profile and calibration.
+	EngineSlowdown    float64 `json:"engine_slowdown"`
+	ControllerProfile string  `json:"controller_profile,omitempty"`
+	Calibrate         bool    `json:"calibrate,omitempty"`
 }
 
 func outcomeOf(r *Result) Outcome {
-	return Outcome{Attainment: r.SLOAttainment, Moves: r.Moves, Reversals: r.Reversals, QuickReversals: r.QuickReversals, WallS: r.WallSeconds}
+	o := Outcome{Attainment: r.SLOAttainment, Moves: r.Moves, Reversals: r.Reversals, QuickReversals: r.QuickReversals, WallS: r.WallSeconds,
+		EngineSlowdown: r.EngineSlowdown}
+	if r.Policy == "narwhal" {
+		o.ControllerProfile, o.Calibrate = r.ControllerProfile, r.Calibrate
+	}
+	return o
 }
 
 // SuiteBaseline is what a scenario's calibration finds: the rate scale,
@@ -96,7 +113,8 @@ type ScenarioResult struct {
 // suiteBaselineVersion is part of every baseline cache key: bump it when
 // the simulator's engine model, the threshold policy or the calibration
 // changes, so cached baselines are not reused across such a change.
-const suiteBaselineVersion = 2
+// 3: the engines run at the scenario's drawn slowdown.
+const suiteBaselineVersion = 3
 
 // BaselineKey identifies a scenario's baseline: the scenario's definition,
 // the sources' sizes and suiteBaselineVersion.
@@ -180,26 +198,15 @@ func RunSuite(ctx context.Context, scenarios []Scenario, o SuiteOptions) ([]Scen
 	return out, nil
 }
 
-// applyDeployment sets the controller profile and engine slowdown of the
-// scenario on cfg. The hook for issue 18 (controller profiles prior /
-// nominal / calibrated and --engine-slowdown): until the simulator has
-// them only the exact profile and slowdown 1 are accepted.
-func applyDeployment(sc Scenario, cfg *Config) error {
-	if (sc.ControllerProfile != "" && sc.ControllerProfile != "exact") || (sc.EngineSlowdown != 0 && sc.EngineSlowdown != 1) {
-		return fmt.Errorf("sim: scenario %s: controller profile %q, engine slowdown %v: the simulator runs only the exact profile at slowdown 1: %w",
-			sc.Name, sc.ControllerProfile, sc.EngineSlowdown, ErrBadConfig)
-	}
-	return nil // exact and 1 are cfg's defaults
-}
-
 func scenarioConfig(sc Scenario, ttft, tpot float64) (Config, error) {
 	cfg := DefaultConfig()
 	cfg.Engines, cfg.Profile, cfg.SwitchS, cfg.Seed = sc.Engines, sc.Profile, sc.SwitchS, sc.Seed
 	cfg.TTFTSLOS, cfg.TPOTSLOS = ttft, tpot
+	// Every policy, static-best included, runs on the slowed engines; the
+	// SLOs and the opening split come from the published profile (what an
+	// operator knows).
+	cfg.EngineSlowdown = sc.EngineSlowdown
 	cfg.Parallel = 1
-	if err := applyDeployment(sc, &cfg); err != nil {
-		return cfg, err
-	}
 	return cfg.Normalize()
 }
 
@@ -237,6 +244,7 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 	for _, v := range o.Variants {
 		c := cfg
 		c.Policy = "narwhal"
+		c.ControllerProfile, c.Calibrate = v.ControllerProfile, v.Calibrate
 		if v.Core != nil {
 			cc := *v.Core
 			cc.TTFTSLOS, cc.TPOTSLOS = c.TTFTSLOS, c.TPOTSLOS

@@ -6,8 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/narwhal-io/narwhal/core/controller"
 )
 
 // testSources: the embedded Azure code trace and three synthetic sources
@@ -50,6 +54,7 @@ func TestGenerateSuiteDeterministicAndCovering(t *testing.T) {
 	halves := map[string]int{}
 	names := map[string]bool{}
 	seen := map[string]map[any]bool{"tune": {}, "held": {}}
+	slowdowns := map[string]bool{}
 	for _, sc := range a {
 		halves[sc.Half]++
 		if names[sc.Name] {
@@ -59,11 +64,14 @@ func TestGenerateSuiteDeterministicAndCovering(t *testing.T) {
 		for _, v := range []any{sc.Engines, sc.Profile, sc.SwitchS, sc.Kind} {
 			seen[sc.Half][v] = true
 		}
-		if sc.TargetAttainment < 0.82 || sc.TargetAttainment > 0.93 || sc.DrawnSlowdown < 0.7 || sc.DrawnSlowdown > 1.3 {
-			t.Fatalf("%s: target %v slowdown %v out of range", sc.Name, sc.TargetAttainment, sc.DrawnSlowdown)
+		if sc.TargetAttainment < 0.82 || sc.TargetAttainment > 0.93 || sc.EngineSlowdown < 0.7 || sc.EngineSlowdown > 1.3 {
+			t.Fatalf("%s: target %v slowdown %v out of range", sc.Name, sc.TargetAttainment, sc.EngineSlowdown)
 		}
-		if sc.ControllerProfile != "exact" || sc.EngineSlowdown != 1 {
-			t.Fatalf("%s: deployment %q/%v, want exact/1 until the simulator has controller profiles", sc.Name, sc.ControllerProfile, sc.EngineSlowdown)
+		if sc.EngineSlowdown < 0.85 {
+			slowdowns[sc.Half+" fast"] = true
+		}
+		if sc.EngineSlowdown > 1.15 {
+			slowdowns[sc.Half+" slow"] = true
 		}
 		n := len(sc.Regimes)
 		switch sc.Kind {
@@ -94,6 +102,9 @@ func TestGenerateSuiteDeterministicAndCovering(t *testing.T) {
 	}
 	if halves["tune"] != halves["held"] {
 		t.Fatalf("halves %v, want equal", halves)
+	}
+	if len(slowdowns) != 4 {
+		t.Fatalf("engine slowdowns under 0.85 / over 1.15 per half: %v, want both in both halves", slowdowns)
 	}
 	want := []any{8, 16, 32, 10.0, 30.0, 60.0, KindStationary, KindShift, KindDrift, KindFlash, KindMixed}
 	for _, p := range ProfileNames() {
@@ -355,11 +366,11 @@ func TestRunQuickSuiteAndBaselineCache(t *testing.T) {
 			t.Fatalf("%s: narwhal %+v then %+v on the same workload", res[i].Scenario.Name, a, b)
 		}
 	}
-	// The deployment hook refuses what the simulator cannot run yet.
+	// A scenario whose slowdown the simulator refuses is an error.
 	bad := QuickSuite()[:1]
-	bad[0].ControllerProfile = "prior"
+	bad[0].EngineSlowdown = -1
 	if _, err := RunSuite(context.Background(), bad, SuiteOptions{Sources: src, Variants: o.Variants}); !errors.Is(err, ErrBadConfig) {
-		t.Fatalf("controller profile prior: %v, want ErrBadConfig", err)
+		t.Fatalf("engine slowdown -1: %v, want ErrBadConfig", err)
 	}
 	if _, err := RunSuite(context.Background(), QuickSuite(), SuiteOptions{Sources: src}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("no variants: %v, want ErrBadConfig", err)
@@ -455,5 +466,59 @@ func TestSuiteCalibrationDeterministic(t *testing.T) {
 		if !reflect.DeepEqual(a[i], b[i]) {
 			t.Fatalf("%s: %+v\nthen %+v", a[i].Scenario.Name, a[i], b[i])
 		}
+	}
+}
+
+// Each scenario's drawn slowdown reaches every run (static-best's
+// calibration, threshold, narwhal), and each narwhal variant's controller
+// profile and calibration reach its controller: the journal of the prior +
+// calibrate variant prices the engines with the prior and calibrates it,
+// the exact variant's with the measured profile, uncalibrated.
+func TestSuiteDeploymentReachesRuns(t *testing.T) {
+	src := testSources(t)
+	base := QuickSuite()[0]
+	fast, slow := base, base
+	fast.Name, fast.EngineSlowdown = "fast", 0.75
+	slow.Name, slow.EngineSlowdown = "slow", 1.25
+	origins := map[string]map[string]bool{} // variant → origin/calibrated seen
+	var mu sync.Mutex
+	o := SuiteOptions{Sources: src, Parallel: 2, Variants: []SuiteVariant{
+		{Name: "prior", ControllerProfile: ProfilePrior, Calibrate: true},
+		{Name: "exact", ControllerProfile: ProfileExact},
+	}, Decisions: func(_, variant string) (func(controller.Decision), func()) {
+		return func(d controller.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			if origins[variant] == nil {
+				origins[variant] = map[string]bool{}
+			}
+			for _, p := range d.Profiles {
+				origins[variant][p.Origin] = true
+				origins[variant]["calibrated="+strconv.FormatBool(p.Calibrated)] = true
+			}
+		}, func() {}
+	}}
+	res, err := RunSuite(context.Background(), []Scenario{fast, slow}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		want := r.Scenario.EngineSlowdown
+		th, pr, ex := r.Baseline.Threshold, r.Narwhal["prior"], r.Narwhal["exact"]
+		if th.EngineSlowdown != want || pr.EngineSlowdown != want || ex.EngineSlowdown != want {
+			t.Fatalf("%s: slowdown %v, runs at %v / %v / %v", r.Scenario.Name, want, th.EngineSlowdown, pr.EngineSlowdown, ex.EngineSlowdown)
+		}
+		if pr.ControllerProfile != ProfilePrior || !pr.Calibrate || ex.ControllerProfile != ProfileExact || ex.Calibrate || th.ControllerProfile != "" {
+			t.Fatalf("%s: prior %+v, exact %+v, threshold %+v", r.Scenario.Name, pr, ex, th)
+		}
+	}
+	// The calibration ran on the slowed engines: faster engines carry a
+	// heavier load at the same static-best target.
+	if f, s := res[0].Baseline.RateScale, res[1].Baseline.RateScale; f < 1.2*s {
+		t.Fatalf("rate scale at slowdown 0.75: %v, at 1.25: %v; want the faster engines loaded ≥ 1.2× heavier", f, s)
+	}
+	if p, e := origins["prior"], origins["exact"]; !p[controller.OriginPrior] || p[controller.OriginMeasured] || !p["calibrated=true"] ||
+		!e[controller.OriginMeasured] || e[controller.OriginPrior] || e["calibrated=true"] {
+		t.Fatalf("profiles in the journals: prior variant %v, exact variant %v", p, e)
 	}
 }

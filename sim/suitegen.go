@@ -159,13 +159,12 @@ type Scenario struct {
 	// TargetAttainment is what static-best should attain at the calibrated
 	// rate scale (drawn in [0.82, 0.93]; accepted within [0.80, 0.95]).
 	TargetAttainment float64 `json:"target_attainment"`
-	// The deployment hook (issue 18): the profile the controller is given
-	// and the real engines' speed relative to the profile. Today the suite
-	// runs "exact" and 1; DrawnSlowdown (in [0.7, 1.3]) is drawn now so
-	// that a scenario's identity does not change when it is applied.
-	ControllerProfile string  `json:"controller_profile"`
-	EngineSlowdown    float64 `json:"engine_slowdown"`
-	DrawnSlowdown     float64 `json:"drawn_slowdown"`
+	// EngineSlowdown (drawn in [0.7, 1.3]) multiplies the engines' true
+	// prefill and decode times against the published profile
+	// (Config.EngineSlowdown): every policy runs on these engines, and a
+	// controller starting from the published profile or the prior is off
+	// by this much.
+	EngineSlowdown float64 `json:"engine_slowdown"`
 }
 
 // Shifts reports whether the scenario's traffic changes over the hour
@@ -220,9 +219,8 @@ func GenerateScenario(seed uint64, kind string, engines int, profile string, swi
 	rng := rand.New(rand.NewPCG(seed, 0x7375697465))
 	sc := Scenario{
 		Seed: seed, Kind: kind, Engines: engines, Profile: profile, SwitchS: switchS, DurationS: durationS,
-		TargetAttainment:  0.82 + 0.11*rng.Float64(),
-		ControllerProfile: "exact", EngineSlowdown: 1,
-		DrawnSlowdown: 0.7 + 0.6*rng.Float64(),
+		TargetAttainment: 0.82 + 0.11*rng.Float64(),
+		EngineSlowdown:   0.7 + 0.6*rng.Float64(),
 	}
 	arrival := func() (float64, string) {
 		if rng.Float64() < 0.25 {

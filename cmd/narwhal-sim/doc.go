@@ -7,7 +7,11 @@
 // distribution of narwhal − static-best and narwhal − threshold over
 // generated one-hour workloads; --variant NAME=CORE_CONFIG.json adds a
 // narwhal configuration, --baselines FILE caches the calibration and
-// static-best per scenario; --even-start starts from an even split.
+// static-best per scenario; --even-start starts from an even split. The
+// scenarios' engines run at their drawn slowdown; narwhal starts from
+// --controller-profile prior --calibrate=true (the defaults) and
+// NAME@exact (the true profile, no calibration) is reported beside each
+// variant unless --exact=false.
 //
 // --engine-slowdown X, --controller-profile exact|nominal|prior|none|FILE
 // (--profiles FILE is the same as FILE) and --calibrate=true|false set

@@ -109,7 +109,10 @@ func TestCLISuiteQuickJSON(t *testing.T) {
 				InRange    bool    `json:"in_range"`
 			}
 			Narwhal map[string]struct {
-				Attainment float64 `json:"slo_attainment"`
+				Attainment        float64 `json:"slo_attainment"`
+				EngineSlowdown    float64 `json:"engine_slowdown"`
+				ControllerProfile string  `json:"controller_profile"`
+				Calibrate         bool
 			}
 		}
 		Summary []struct {
@@ -127,12 +130,19 @@ func TestCLISuiteQuickJSON(t *testing.T) {
 		if !s.Baseline.InRange || s.Baseline.StaticBest < 0.8 || s.Baseline.StaticBest > 0.95 || s.Narwhal["narwhal"].Attainment <= 0 {
 			t.Fatalf("scenario %s: %+v", s.Scenario.Name, s)
 		}
+		// The default: prior + calibrate, with exact beside it, both on
+		// the scenario's drawn slowdown (not 1).
+		n, e := s.Narwhal["narwhal"], s.Narwhal["narwhal@exact"]
+		if n.ControllerProfile != "prior" || !n.Calibrate || e.ControllerProfile != "exact" || e.Calibrate ||
+			n.EngineSlowdown == 1 || n.EngineSlowdown < 0.7 || n.EngineSlowdown > 1.3 || e.EngineSlowdown != n.EngineSlowdown {
+			t.Fatalf("scenario %s: narwhal %+v, narwhal@exact %+v", s.Scenario.Name, n, e)
+		}
 	}
 	groups := map[string]int{}
 	for _, r := range rep.Summary {
 		groups[r.Policy+" "+r.Group] = r.N
 	}
-	if groups["narwhal all/all"] != 2 || groups["threshold held/all"] != 1 || groups["narwhal tune/shifting"] != 1 {
+	if groups["narwhal all/all"] != 2 || groups["narwhal@exact all/all"] != 2 || groups["threshold held/all"] != 1 || groups["narwhal tune/shifting"] != 1 {
 		t.Fatalf("summary groups: %v", groups)
 	}
 	if !strings.Contains(errOut.String(), "suite: [2/2]") {
@@ -151,13 +161,15 @@ func TestCLISuiteQuickJSON(t *testing.T) {
 	if b, err := os.ReadFile(cache); err != nil || !bytes.Contains(b, []byte("rate_scale")) {
 		t.Fatalf("baselines file (%v): %.100s", err, b)
 	}
-	// The table form, on the held half only, from the cache.
+	// The table form, on the held half only, from the cache; exact alone
+	// adds no second row.
 	out.Reset()
 	errOut.Reset()
-	if err := run(context.Background(), []string{"suite", "--quick", "--half", "held", "--traces", dir, "--baselines", cache, "--quiet"}, &out, &errOut); err != nil {
+	if err := run(context.Background(), []string{"suite", "--quick", "--half", "held", "--traces", dir, "--baselines", cache, "--quiet",
+		"--controller-profile", "exact", "--calibrate=false"}, &out, &errOut); err != nil {
 		t.Fatalf("suite table: %v (%s)", err, errOut.String())
 	}
-	if !strings.Contains(out.String(), "| held/all | narwhal | 1 |") || strings.Contains(out.String(), "tune/") || errOut.Len() != 0 {
+	if !strings.Contains(out.String(), "| held/all | narwhal | 1 |") || strings.Contains(out.String(), "@exact") || strings.Contains(out.String(), "tune/") || errOut.Len() != 0 {
 		t.Fatalf("table:\n%s\nstderr: %s", out.String(), errOut.String())
 	}
 }
@@ -175,6 +187,7 @@ func TestCLISuiteRejectsBadFlags(t *testing.T) {
 		{"suite", "--variant", "threshold=" + bad, "--traces", dir},
 		{"suite", "--variant", "x=" + bad, "--traces", dir},
 		{"suite", "--quick", "--match", "(", "--traces", dir},
+		{"suite", "--quick", "--controller-profile", "/nonexistent.json", "--traces", dir},
 		{"suite", "--quick", "--match", "nothing-matches", "--traces", dir},
 		{"suite", "--traces", "/nonexistent"},
 		{"suite", "extra"},

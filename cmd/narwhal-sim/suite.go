@@ -15,6 +15,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/profile"
 	"github.com/narwhal-io/narwhal/sim"
 )
 
@@ -33,6 +34,9 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&variants, "variant", "narwhal variant NAME=CORE_CONFIG.json (repeatable; default: one variant \"narwhal\" with core.DefaultConfig())")
 	decisions := fs.String("decisions", "", "write every narwhal decision as JSON lines to DIR/<scenario>.<variant>.jsonl")
 	even := fs.Bool("even-start", false, "start narwhal and threshold from an even split instead of the opening traffic's fluid split")
+	ctrlProf := fs.String("controller-profile", sim.ProfilePrior, "what each narwhal variant's controller starts from: prior | exact | nominal | none | FILE (as narwhal-sim --controller-profile)")
+	calibrate := fs.Bool("calibrate", true, "narwhal variants calibrate their profile online from the engines' latency figures")
+	exact := fs.Bool("exact", true, "also run each narwhal variant from the exact profile without calibration, reported as NAME@exact")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +61,14 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	switch *ctrlProf {
+	case sim.ProfilePrior, sim.ProfileExact, sim.ProfileNominal, sim.ProfileNone:
+	default: // a file: refuse it before minutes of calibration
+		if _, err := profile.LoadFile(*ctrlProf); err != nil {
+			return fmt.Errorf("suite: --controller-profile: %w", err)
+		}
+	}
+	vs = deployVariants(vs, *ctrlProf, *calibrate, *exact)
 	dir := *traces
 	if dir == "" {
 		if dir = sim.FindSharedTraces(); dir == "" {
@@ -144,6 +156,23 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	return sim.WriteSuiteTable(stdout, rows)
+}
+
+// deployVariants starts each variant from profile (with calibration when
+// calibrate) and, when exact and that is not already the exact profile
+// without calibration, adds NAME@exact beside each: the same
+// configuration given the engines' true profile, slowdown included.
+func deployVariants(vs []sim.SuiteVariant, profile string, calibrate, exact bool) []sim.SuiteVariant {
+	var out []sim.SuiteVariant
+	for _, v := range vs {
+		v.ControllerProfile, v.Calibrate = profile, calibrate
+		out = append(out, v)
+		if exact && (profile != sim.ProfileExact || calibrate) {
+			v.Name, v.ControllerProfile, v.Calibrate = v.Name+"@exact", sim.ProfileExact, false
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // parseVariants reads NAME=FILE core configurations (the SLOs are always
