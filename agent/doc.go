@@ -32,7 +32,9 @@
 //     half-life; with no recent prefill (agent or engine just started,
 //     long idle) the engine's lifetime seconds per prefill; with none
 //     at all the backlog is 0 and narwhal_agent_engine_prefill_backlog_priced
-//     is 0. Both lower-bound the engine's capacity, so the backlog errs
+//     is 0 (so too on SGLang releases without sglang:queue_time_seconds:
+//     their time to first token is mostly queueing and would price a
+//     request many times over). Both lower-bound the engine's capacity, so the backlog errs
 //     long. Why the engine and not the router: the engine's queue is the
 //     truth whichever router (llm-d, Dynamo, a plain Service) admitted
 //     the work, it needs nothing on the request path, and it is already

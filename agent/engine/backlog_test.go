@@ -155,3 +155,24 @@ sglang:queue_time_seconds_count 10
 	var r PrefillRate
 	checkBacklog(t, "sglang", r.Price(m.Waiting, m.Running, m.Latency), 1, 0, BacklogLifetime)
 }
+
+// The published pages: vLLM's (9 prefills in 0.382 s, nothing waiting)
+// prices at its lifetime rate and reports 0 s for an empty queue, and 5
+// waiting on the same counters at 5 × 0.382 / 9 s; SGLang's
+// documentation page predates sglang:queue_time_seconds, so its 2,826
+// waiting requests cannot be priced (time to first token there is
+// mostly queueing: 214 s a request) and are reported as 0, unpriced.
+func TestBacklogFromPublishedPages(t *testing.T) {
+	v := parsePage(t, VLLM, "../testdata/public/vllm_tinyllama_blog.prom")
+	var r PrefillRate
+	b := r.Price(v.Waiting, v.Running, v.Latency)
+	checkBacklog(t, "vllm page", b, 0, 0, BacklogLifetime)
+	near(t, "vllm page rate", b.RequestsPerS, 9/0.38225245475769043)
+	checkBacklog(t, "vllm page, 5 waiting", r.Price(5, 0, v.Latency), 5*0.38225245475769043/9, 0, BacklogLifetime)
+
+	s := parsePage(t, SGLang, "../testdata/public/sglang_docs_production_metrics.prom")
+	if s.Waiting != 2826 {
+		t.Fatalf("sglang page waiting %d; want 2826", s.Waiting)
+	}
+	checkBacklog(t, "sglang page", r.Price(s.Waiting, s.Running, s.Latency), 0, 0, BacklogUnpriced)
+}
