@@ -47,8 +47,8 @@ type Backlog struct {
 // (its capacity whenever it was busy throughout, which it is while a
 // queue stands), N/S what it would achieve running prefills one at a
 // time; both are lower bounds of its capacity, so the larger is the
-// closer one and the priced backlog errs long, never short, of the
-// time the engine needs to clear it. Per-request seconds already carry
+// closer one and the priced backlog errs long rather than short of
+// the time the engine needs to clear it. Per-request seconds already carry
 // the engine's prompt mix (and its quadratic attention cost), which a
 // token rate times a mean prompt length would not.
 type PrefillRate struct {
