@@ -65,6 +65,10 @@ type engineState struct {
 	// latency is what the engine's latency counters gained between its
 	// last two successful scrapes, sent once with the next snapshot.
 	latency *controller.LatencyInterval
+	// rate learns the engine's prefill drain rate; backlog is its last
+	// scrape's waiting and running requests priced with it.
+	rate    engine.PrefillRate
+	backlog engine.Backlog
 }
 
 // Agent collects one node's engine facts and streams them to the core.
@@ -93,6 +97,8 @@ type Agent struct {
 	kvTokens  *prometheus.GaugeVec
 	kvCap     *prometheus.GaugeVec
 	kvDisagr  *prometheus.GaugeVec
+	backlogS  *prometheus.GaugeVec
+	priced    *prometheus.GaugeVec
 }
 
 // New builds an agent from a validated configuration.
@@ -185,11 +191,19 @@ func (a *Agent) initMetrics() {
 	a.kvDisagr = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "narwhal_agent_engine_kv_disagreement", Help: "1 when the engine's KV capacity and the NVML cross-check disagree.",
 	}, []string{"engine"})
+	a.backlogS = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "narwhal_agent_engine_prefill_backlog_seconds",
+		Help: "Prefill backlog reported to the core, per engine and state (queued, running): the engine's waiting and running requests at its own measured prefill rate.",
+	}, []string{"engine", "state"})
+	a.priced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "narwhal_agent_engine_prefill_backlog_priced",
+		Help: "1 when the engine's prefill backlog is priced from its prefill histogram (recent or lifetime), 0 when it has timed no prefill and the backlog is reported as 0.",
+	}, []string{"engine"})
 }
 
 // Collectors returns the agent's metrics (narwhal_agent_*).
 func (a *Agent) Collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.kvTokens, a.kvCap, a.kvDisagr}
+	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.kvTokens, a.kvCap, a.kvDisagr, a.backlogS, a.priced}
 	if a.stream != nil {
 		cs = append(cs, a.stream.Collectors()...)
 	}
@@ -279,6 +293,10 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			a.scrapes.WithLabelValues(e.cfg.ID, "error").Inc()
 		} else {
 			e.latency = latencySince(e.metrics, r.m, e.lastOKNs, nowNs)
+			if e.lastOKNs > 0 && nowNs > e.lastOKNs {
+				e.rate.Observe(e.metrics.Latency, r.m.Latency, float64(nowNs-e.lastOKNs)/1e9)
+			}
+			e.backlog = e.rate.Price(r.m.Waiting, r.m.Running, r.m.Latency)
 			e.metrics, e.scrapeErr, e.lastOKNs = r.m, "", nowNs
 			a.scrapes.WithLabelValues(e.cfg.ID, "ok").Inc()
 			if e.deadAtNs != 0 && e.deadAtNs < nowNs {
@@ -325,7 +343,8 @@ func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 	m := e.metrics
 	r := wire.EngineReport{
 		ID: e.cfg.ID, Model: e.cfg.Model, GPU: e.cfg.GPUKind, Role: e.role, Live: live,
-		Resident:        controller.Resident{DecodeSeqs: max(m.Running, 0), KVTokens: max(m.KVUsedTokens, 0)},
+		Resident: controller.Resident{DecodeSeqs: max(m.Running, 0), KVTokens: max(m.KVUsedTokens, 0),
+			QueuedPrefillS: e.backlog.QueuedPrefillS, RunningPrefillS: e.backlog.RunningPrefillS},
 		RunningRequests: m.Running, QueuedRequests: m.Waiting,
 		KVCapacityTokens: e.limit.Tokens, KVSource: e.limit.Source, KVDisagreement: e.limit.Disagreement,
 		ScrapeError: e.scrapeErr, ScrapedNs: e.lastOKNs, TP: int(e.cfg.Geometry.TP),
@@ -342,6 +361,9 @@ func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 		dis = 1
 	}
 	a.kvDisagr.WithLabelValues(e.cfg.ID).Set(dis)
+	a.backlogS.WithLabelValues(e.cfg.ID, "queued").Set(e.backlog.QueuedPrefillS)
+	a.backlogS.WithLabelValues(e.cfg.ID, "running").Set(e.backlog.RunningPrefillS)
+	a.priced.WithLabelValues(e.cfg.ID).Set(b2f(e.backlog.RequestsPerS > 0))
 	return r
 }
 
@@ -546,4 +568,11 @@ func latencySince(prev, cur engine.Metrics, prevNs, nowNs int64) *controller.Lat
 		return nil
 	}
 	return &li
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -19,9 +19,31 @@
 // Choices where the spec is silent:
 //   - Resident work: DecodeSeqs = running requests, KVTokens = KV tokens
 //     in use (vLLM: usage fraction × capacity; SGLang: num_used_tokens).
-//     Queued prefill is sent as a request count (queued_requests); turning
-//     it into seconds needs the core's latency profiles, so the agent
-//     leaves QueuedPrefillS and RunningPrefillS at 0.
+//   - Prefill backlog (QueuedPrefillS, RunningPrefillS). Source: the
+//     engine's own metrics, not the router. The engine's queue is the
+//     truth whichever router (llm-d, Dynamo, a plain Service) admitted
+//     the work, reading it adds nothing to the core's request path, and
+//     the agent scrapes it anyway. Waiting requests
+//     (vllm:num_requests_waiting, sglang:num_queue_reqs) are queued
+//     prefill; running requests are running prefill, half done on
+//     average. Neither engine exposes the prompt sizes of waiting
+//     requests, so each is priced at the engine's measured drain rate
+//     (engine.PrefillRate): max(prefills / wall seconds, prefills /
+//     their summed prefill seconds) over its prefill histogram (vLLM
+//     request_prefill_time; SGLang time to first token less queue time),
+//     decayed with a 30 s half-life. Both terms are lower bounds of the
+//     engine's capacity, so the backlog errs long rather than short. With no
+//     recent prefill (agent or engine just started, long idle) the
+//     engine's lifetime seconds per prefill stand in; with none at all
+//     the backlog is 0 and narwhal_agent_engine_prefill_backlog_priced
+//     is 0 (also on SGLang releases without sglang:queue_time_seconds,
+//     whose time to first token is mostly queueing). Every engine is
+//     priced; the core reads the seconds of prefill-role engines only
+//     (the agent does not know the controller's current role; a decode
+//     engine's waiting requests await KV, not prefill). SGLang's P/D
+//     bootstrap queue (num_prefill_prealloc_queue_reqs) waits on the
+//     decode side's memory and is not counted. Queued requests are also
+//     sent as a count (queued_requests).
 //   - KV limit: the engine's number wins (it knows its pool); NVML gives a
 //     physical upper bound floor(min GPU memory × gpu_memory_utilization /
 //     bytes per token per TP rank). An engine number above the bound is

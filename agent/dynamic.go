@@ -6,6 +6,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // SetEngines replaces the engine list (engine discovery on Kubernetes,
@@ -82,6 +83,8 @@ func (a *Agent) SetEngines(list []EngineConfig) error {
 		a.kvTokens.DeleteLabelValues(gone.cfg.ID)
 		a.kvCap.DeleteLabelValues(gone.cfg.ID)
 		a.kvDisagr.DeleteLabelValues(gone.cfg.ID)
+		a.backlogS.DeletePartialMatch(prometheus.Labels{"engine": gone.cfg.ID})
+		a.priced.DeleteLabelValues(gone.cfg.ID)
 	}
 	a.engines, a.byPID, a.byPort = engines, byPID, byPort
 	w := a.watcher

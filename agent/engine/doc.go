@@ -36,7 +36,13 @@
 // counts are used, except Σ L² of the prompts, estimated from the
 // buckets' midpoints scaled to the exact sum.
 //
-// Concurrency: all functions are pure and safe for concurrent use.
+// Backlog (backlog.go): PrefillRate learns an engine's prefill drain
+// rate from its prefill histogram at successive scrapes and prices its
+// waiting and running requests in seconds (see package agent for the
+// choice of source).
+//
+// Concurrency: all functions are pure and safe for concurrent use; a
+// PrefillRate is one engine's and not safe for concurrent use.
 // Allocation: Parse allocates (the parser builds metric families); it runs
 // once per scrape interval per engine.
 package engine

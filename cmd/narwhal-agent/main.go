@@ -108,12 +108,15 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 		l := engine.CrossCheck(m.CapacityTokens, uint64(*memGiB*(1<<30)), g, m.GPUMemoryUtilization)
 		lim = &l
 	}
+	// one page: the lifetime rate, as the agent prices a first scrape
+	backlog := (&engine.PrefillRate{}).Price(m.Waiting, m.Running, m.Latency)
 	if *asJSON {
 		out := struct {
 			Metrics engine.Metrics  `json:"metrics"`
 			KVUsage *float64        `json:"kv_usage"`
 			KV      *engine.KVLimit `json:"kv_limit,omitempty"`
-		}{Metrics: m, KV: lim}
+			Backlog engine.Backlog  `json:"prefill_backlog"`
+		}{Metrics: m, KV: lim, Backlog: backlog}
 		if m.KVUsage == m.KVUsage { // not NaN
 			out.KVUsage = &m.KVUsage
 		}
@@ -131,6 +134,12 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "engine kind        %s\n", m.Kind)
 	fmt.Fprintf(stdout, "running requests   %s\n", num(m.Running))
 	fmt.Fprintf(stdout, "waiting requests   %s\n", num(m.Waiting))
+	if backlog.RequestsPerS > 0 {
+		fmt.Fprintf(stdout, "prefill backlog    queued %.3f s, running %.3f s (%s rate %.3g prefills/s)\n",
+			backlog.QueuedPrefillS, backlog.RunningPrefillS, backlog.Source, backlog.RequestsPerS)
+	} else {
+		fmt.Fprintf(stdout, "prefill backlog    unpriced (the engine exposes no prefill time or has timed none)\n")
+	}
 	if m.KVUsage == m.KVUsage {
 		fmt.Fprintf(stdout, "kv usage           %.4f (%s)\n", m.KVUsage, m.UsageMetric)
 	} else {

@@ -89,7 +89,7 @@ type EngineReport struct {
 	// Resident is read from the engine's own metrics.
 	Resident controller.Resident `json:"resident"`
 	// RunningRequests and QueuedRequests are the engine's own counts (-1
-	// unknown); the core turns queued work into seconds with its profiles.
+	// unknown); Resident carries them priced in prefill seconds.
 	RunningRequests int64 `json:"running_requests"`
 	QueuedRequests  int64 `json:"queued_requests"`
 	// KVCapacityTokens is the physical KV limit in tokens; 0 unknown.
