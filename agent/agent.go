@@ -305,7 +305,11 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			}
 		}
 		mem := a.engineMemLocked(e.cfg.GPUs)
-		e.limit = engine.CrossCheck(e.metrics.CapacityTokens, mem, e.cfg.Geometry, e.metrics.GPUMemoryUtilization)
+		geo := e.cfg.Geometry
+		if !geo.Zero() && geo.TP == 0 {
+			geo.TP = int64(e.cfg.TP) // KV heads per rank follow the engine's tp
+		}
+		e.limit = engine.CrossCheck(e.metrics.CapacityTokens, mem, geo, e.metrics.GPUMemoryUtilization)
 		snap.Engines = append(snap.Engines, a.reportLocked(e))
 	}
 	a.lastSnapNs = nowNs
@@ -347,7 +351,7 @@ func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 			QueuedPrefillS: e.backlog.QueuedPrefillS, RunningPrefillS: e.backlog.RunningPrefillS},
 		RunningRequests: m.Running, QueuedRequests: m.Waiting,
 		KVCapacityTokens: e.limit.Tokens, KVSource: e.limit.Source, KVDisagreement: e.limit.Disagreement,
-		ScrapeError: e.scrapeErr, ScrapedNs: e.lastOKNs, TP: int(e.cfg.Geometry.TP),
+		ScrapeError: e.scrapeErr, ScrapedNs: e.lastOKNs, TP: e.cfg.TPDegree(),
 		Latency: e.latency,
 	}
 	e.latency = nil // each interval is reported once

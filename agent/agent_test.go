@@ -115,6 +115,42 @@ engines:
 	f(good+second+"    pid: 77\n", "engines[1].port = 8000: shared with engines[0]")
 	f(strings.Replace(good, "port: 8000", "port: 8000\n    netns: /var/run/netns/a", 1)+second+"    pid: 77\n", "")
 	f(strings.Replace(good, "port: 8000", "port: 8000\n    node: n1", 1)+second+"    node: n2\n", "")
+	// tp: the engine's tensor-parallel degree, one value with geometry.tp
+	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: -1", 1), "engines[0].tp = -1")
+	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: 2000", 1), "engines[0].tp = 2000")
+	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: 4", 1), "engines[0].tp = 4: differs from geometry.tp 1")
+}
+
+// A static engine's tp (or geometry.tp) reaches the wire report the core
+// prices by (model, GPU, TP); tp also sets the KV heads per rank of the
+// NVML bound when geometry.tp is unset.
+func TestStaticTPReachesTheReport(t *testing.T) {
+	geo := engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
+	cfg := Config{Node: "n", ScrapeTimeoutS: 0.2, Engines: []EngineConfig{
+		{ID: "tp4", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"0"}, TP: 4, Geometry: geo},
+		{ID: "geo2", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", Geometry: engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, TP: 2}},
+		{ID: "none", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
+	}}
+	cfg.Defaults()
+	a, err := New(cfg, WithNVML(mockA100()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	var bound int64
+	for _, r := range a.Collect(context.Background(), 1e9).Engines {
+		got[r.ID] = r.TP
+		if r.ID == "tp4" {
+			bound = r.KVCapacityTokens
+		}
+	}
+	if got["tp4"] != 4 || got["geo2"] != 2 || got["none"] != 0 {
+		t.Fatalf("report TP %v; want tp4 4, geo2 2, none 0", got)
+	}
+	// no scrape, no utilization: 40 GiB / (2·32·(8/4)·128·2 = 32,768 B per token per rank)
+	if want := int64(40<<30) / 32768; bound != want {
+		t.Fatalf("tp4 NVML bound %d tokens; want %d (KV heads split over 4 ranks)", bound, want)
+	}
 }
 
 // fakeWatcher records registrations.

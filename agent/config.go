@@ -70,8 +70,25 @@ type EngineConfig struct {
 	Model   string   `yaml:"model"`
 	GPUKind string   `yaml:"gpu_kind"`
 	// Role is the engine's initial role: prefill or decode.
-	Role     string          `yaml:"role"`
+	Role string `yaml:"role"`
+	// TP is the engine's tensor-parallel degree (vLLM
+	// --tensor-parallel-size, SGLang --tp-size), reported to the core to
+	// pick the latency profile or prior of (model, GPU, TP); 0 unknown
+	// (priced as TP 1), unless geometry.tp is set.
+	TP       int             `yaml:"tp"`
 	Geometry engine.Geometry `yaml:"geometry"`
+}
+
+// MaxTP bounds an engine's tensor-parallel degree (the wire's limit).
+const MaxTP = 1024
+
+// TPDegree is the engine's tensor-parallel degree: tp, else geometry.tp;
+// 0 unknown.
+func (e EngineConfig) TPDegree() int {
+	if e.TP > 0 {
+		return e.TP
+	}
+	return int(e.Geometry.TP)
 }
 
 // LoadConfig reads and validates a YAML file; unknown keys are errors.
@@ -189,6 +206,12 @@ func (c *Config) Validate() error {
 		}
 		if _, ok := controller.ParseRole(e.Role); !ok && e.Role != "" {
 			return bad(p+"role", e.Role, "must be prefill or decode")
+		}
+		if e.TP < 0 || e.TP > MaxTP {
+			return bad(p+"tp", e.TP, fmt.Sprintf("must be in [0, %d]", MaxTP))
+		}
+		if e.TP > 0 && e.Geometry.TP > 0 && int64(e.TP) != e.Geometry.TP {
+			return bad(p+"tp", e.TP, fmt.Sprintf("differs from geometry.tp %d", e.Geometry.TP))
 		}
 		if !e.Geometry.Zero() {
 			if _, err := e.Geometry.BytesPerToken(); err != nil {

@@ -20,6 +20,23 @@
 //     else default_kind;
 //   - id, model, GPU kind and role as the core reads them (k8s/podmeta, the
 //     configured role label);
+//   - the tensor-parallel degree (the wire report's tp, which picks the
+//     core's latency profile or prior of (model, GPU, TP)), the first of:
+//     1. the annotation narwhal.io/tensor-parallel-size (an integer in
+//     [1, 1024]; anything else makes the pod no engine, like the other
+//     annotations);
+//     2. the engine container's flags, in its command and args (each
+//     split on white space, so `sh -c "vllm serve ..."` is read):
+//     vLLM --tensor-parallel-size N, -tp N (or =N, or underscores),
+//     SGLang --tp-size N, --tp N; the last one wins, as in argparse;
+//     $(VAR) is expanded from the container's literal env values as the
+//     kubelet does; a value that is no number (a shell $TP) is skipped;
+//     3. the engine's GPU count: the pod's GPUs per PodResources, else
+//     the container's nvidia.com/gpu (nvidia.com/mig-*) limit; when
+//     another container of the pod holds GPUs too, the engine container's
+//     limit.
+//     The engine container is the one serving the metrics port, else the
+//     first. Nothing found: tp 0 (unknown, priced as TP 1);
 //   - GPUs: the kubelet's PodResources API (agent/podresources) gives each
 //     pod's GPU ids; NVML's process list cross-checks it: a process on one
 //     of the pod's GPUs must belong to the pod (its /proc/<pid>/cgroup names

@@ -375,14 +375,19 @@ func (d *Discoverer) EngineFromPod(p *corev1.Pod, gpus []string) (agent.EngineCo
 		}
 	}
 	row, err := d.cfg.Roles.EngineFromPod(p) // the core's id, model and GPU rules
-
 	if err != nil {
 		return agent.EngineConfig{}, err
 	}
+	tp, src, err := podTP(p, engineContainer(p, port), gpus)
+	if err != nil {
+		return agent.EngineConfig{}, err
+	}
+	d.log.Debug("engine tensor-parallel degree", "pod", p.Namespace+"/"+p.Name, "tp", tp, "source", src)
 	return agent.EngineConfig{
 		ID: row.ID, Node: d.node, Kind: kind,
 		MetricsURL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + path,
 		Port:       port, GPUs: append([]string(nil), gpus...), Model: row.Model, GPUKind: row.GPU, Role: role.String(),
+		TP: tp,
 	}, nil
 }
 
