@@ -13,6 +13,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/core/profile"
 	"github.com/narwhal-io/narwhal/core/wire"
 	"github.com/narwhal-io/narwhal/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -342,11 +343,33 @@ func (a *Agent) engineMemLocked(ids []string) uint64 {
 	return low
 }
 
+// gpuKindLocked is the engine's GPU kind for the core's profiles: its
+// gpu_kind, else the built-in table's name for the NVML name of its first
+// GPU NVML knows, else that NVML name ("" when none is known).
+func (a *Agent) gpuKindLocked(c EngineConfig) string {
+	if c.GPUKind != "" {
+		return c.GPUKind
+	}
+	for _, id := range c.GPUs {
+		for i := range a.gpus {
+			d := &a.gpus[i]
+			if d.Name == "" || (d.UUID != id && (d.Parent != "" || strconv.Itoa(d.Index) != id)) {
+				continue
+			}
+			if g, ok := profile.LookupGPU(d.Name); ok {
+				return g.Name
+			}
+			return d.Name
+		}
+	}
+	return ""
+}
+
 func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 	live := e.scrapeErr == "" && e.lastOKNs > 0 && e.deadAtNs == 0
 	m := e.metrics
 	r := wire.EngineReport{
-		ID: e.cfg.ID, Model: e.cfg.Model, GPU: e.cfg.GPUKind, Role: e.role, Live: live,
+		ID: e.cfg.ID, Model: e.cfg.Model, GPU: a.gpuKindLocked(e.cfg), Role: e.role, Live: live,
 		Resident: controller.Resident{DecodeSeqs: max(m.Running, 0), KVTokens: max(m.KVUsedTokens, 0),
 			QueuedPrefillS: e.backlog.QueuedPrefillS, RunningPrefillS: e.backlog.RunningPrefillS},
 		RunningRequests: m.Running, QueuedRequests: m.Waiting,

@@ -66,9 +66,13 @@ type EngineConfig struct {
 	// it), else the port in every namespace.
 	NetNS string `yaml:"netns"`
 	// GPUs are the engine's GPU UUIDs or NVML indices ("0").
-	GPUs    []string `yaml:"gpus"`
-	Model   string   `yaml:"model"`
-	GPUKind string   `yaml:"gpu_kind"`
+	GPUs  []string `yaml:"gpus"`
+	Model string   `yaml:"model"`
+	// GPUKind keys the core's profile and prior (e.g. H100). Empty: the
+	// built-in GPU table's name (core/profile) of the NVML name of the
+	// engine's first GPU NVML knows ("NVIDIA H100 80GB HBM3" is
+	// H100-SXM-80GB), else that NVML name.
+	GPUKind string `yaml:"gpu_kind"`
 	// Role is the engine's initial role: prefill or decode.
 	Role string `yaml:"role"`
 	// TP is the engine's tensor-parallel degree (vLLM

@@ -19,7 +19,8 @@
 //   - the engine kind: annotation narwhal.io/engine-kind (vllm, sglang),
 //     else default_kind;
 //   - id, model, GPU kind and role as the core reads them (k8s/podmeta, the
-//     configured role label);
+//     configured role label); a pod without a GPU kind is reported with
+//     the kind NVML names for its GPUs (agent.EngineConfig.GPUKind);
 //   - the tensor-parallel degree (the wire report's tp, which picks the
 //     core's latency profile or prior of (model, GPU, TP)), the first of:
 //     1. the annotation narwhal.io/tensor-parallel-size (an integer in
