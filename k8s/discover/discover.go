@@ -237,7 +237,9 @@ func (d *Discoverer) apply(obj any) {
 }
 
 // keepSinkFields copies into eng the fields discovery does not own from
-// the sink's current row for it, when the sink can list its engines.
+// the sink's current row for it, when the sink can list its engines:
+// residency, capacity and the last move always; TP, GPU and model when
+// the pod does not name them.
 func (d *Discoverer) keepSinkFields(eng controller.Engine) controller.Engine {
 	l, ok := d.sink.(EngineLister)
 	if !ok {
@@ -246,6 +248,19 @@ func (d *Discoverer) keepSinkFields(eng controller.Engine) controller.Engine {
 	for _, cur := range l.Engines() {
 		if cur.ID == eng.ID {
 			eng.Resident, eng.KVCapacityTokens, eng.LastMoveNs = cur.Resident, cur.KVCapacityTokens, cur.LastMoveNs
+			// What the pod does not say, the agent may have reported (TP
+			// from the engine's flags or GPUs, the GPU kind from NVML):
+			// a pod event must not reset it to unknown, or the engine's
+			// profile would change with every readiness flip.
+			if eng.TP == 0 {
+				eng.TP = cur.TP
+			}
+			if eng.GPU == "" {
+				eng.GPU = cur.GPU
+			}
+			if eng.Model == "" {
+				eng.Model = cur.Model
+			}
 			return eng
 		}
 	}

@@ -225,6 +225,7 @@ func TestPodEventsKeepAgentFields(t *testing.T) {
 	e := sink.engines["e1"]
 	e.Resident = controller.Resident{DecodeSeqs: 4, KVTokens: 900}
 	e.KVCapacityTokens, e.LastMoveNs = 50_000, 123
+	e.TP = 4 // from the agent (the engine's flags); the pod says nothing
 	sink.engines["e1"] = e
 	sink.mu.Unlock()
 	// The actuator marks the pod draining: it stops being live everywhere,
@@ -235,7 +236,7 @@ func TestPodEventsKeepAgentFields(t *testing.T) {
 	sink.mu.Lock()
 	got := sink.engines["e1"]
 	sink.mu.Unlock()
-	want := controller.Engine{ID: "e1", Node: "n1", GPU: "H100", Role: controller.RoleDecode, Live: false,
+	want := controller.Engine{ID: "e1", Node: "n1", GPU: "H100", TP: 4, Role: controller.RoleDecode, Live: false,
 		KVCapacityTokens: 50_000, LastMoveNs: 123, Resident: controller.Resident{DecodeSeqs: 4, KVTokens: 900}}
 	if got != want {
 		t.Fatalf("unexpected row after draining mark;\ngot  %+v\nwant %+v", got, want)
