@@ -780,10 +780,25 @@ func TestSpecFrozenSnapshotIsNotChangedByLiveState(t *testing.T) {
 	snap := c.Controller().Snapshot(at(60), c.inputs(at(60)))
 	before := snap.Split(0)
 	pBefore := snap.Profiles[snap.Engines[0].Profile]
-	// live changes: profile coefficients, residency, more demand
+	// live changes: the caller's profile set (the controller keeps its
+	// own copy), the live profile itself (online calibration from the
+	// engines' measured prefill times, 3× the profile's), residency, more
+	// demand
 	for i := range ps.Profiles {
 		ps.Profiles[i].Prefill.A *= 10
 		ps.Profiles[i].Decode.A *= 10
+	}
+	for k := range 20 {
+		const n, l = 10.0, 1500.0
+		pre := pBefore.Prefill
+		li := controller.LatencyInterval{IntervalS: 1, PrefillCount: n, PrefillTokens: n * l, PrefillTokensSq: n * l * l,
+			PrefillSeconds: 3 * n * (pre.A + pre.B*l + pre.C*l*l)}
+		for _, id := range []string{"e0", "e1"} {
+			must(t, c.ObserveLatency(id, at(59+float64(k)/20), li))
+		}
+	}
+	if live := c.Controller().Snapshot(at(60), c.inputs(at(60))); live.Profiles[live.Engines[0].Profile].Prefill == pBefore.Prefill {
+		t.Fatal("BUG: calibration did not change the live profile")
 	}
 	must(t, c.UpdateEngine("e2", at(60), controller.Resident{DecodeSeqs: 50, KVTokens: 60000}, 66144, true))
 	steadyLoad(t, c, 59, 60, 50, 4000, 50, 0, 0)
