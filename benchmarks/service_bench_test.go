@@ -81,53 +81,14 @@ func BenchmarkEventsDecodeOnly(b *testing.B) {
 // (routing, metrics, bearer auth, decode, validation) into the real core
 // facade. Reports events/s; the target is >= 300k events/s.
 func BenchmarkEventsIngest(b *testing.B) {
-	c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	engines := []string{"e1", "e2", "e3", "e4"}
-	for i, id := range engines {
-		role := controller.RolePrefill
-		if i%2 == 1 {
-			role = controller.RoleDecode
-		}
-		if err := c.UpsertEngine(controller.Engine{ID: id, Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB",
-			Role: role, Live: true, KVCapacityTokens: 66144}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cfg := service.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Auth.Token = "bench-token"
-	cfg.Agents.Required = false
-	srv, err := service.New(cfg, c, nil, service.WithClock(func() int64 { return benchNow }), service.WithoutControlLoop())
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv, engines := ingestService(b)
 	benchHandler(b, srv.Handler(), eventBatch(engines))
 }
 
 // BenchmarkEventsIngestParallel: as BenchmarkEventsIngest, with batches
 // posted from GOMAXPROCS goroutines at once (several router replicas).
 func BenchmarkEventsIngestParallel(b *testing.B) {
-	c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	engines := []string{"e1", "e2", "e3", "e4"}
-	for i, id := range engines {
-		if err := c.UpsertEngine(controller.Engine{ID: id, Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB",
-			Role: controller.Role(1 + i%2), Live: true, KVCapacityTokens: 66144}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cfg := service.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Auth.Token = "bench-token"
-	srv, err := service.New(cfg, c, nil, service.WithClock(func() int64 { return benchNow }), service.WithoutControlLoop())
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv, engines := ingestService(b)
 	h := srv.Handler()
 	body := eventBatch(engines)
 	b.ReportAllocs()
@@ -147,4 +108,31 @@ func BenchmarkEventsIngestParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
+}
+
+// ingestService is the service the ingest benchmarks post to: the real
+// core with two prefill and two decode engines behind the service's
+// production handler chain (bearer auth, no control loop, a fixed clock).
+func ingestService(b *testing.B) (*service.Server, []string) {
+	b.Helper()
+	c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	engines := []string{"e1", "e2", "e3", "e4"}
+	for i, id := range engines {
+		if err := c.UpsertEngine(controller.Engine{ID: id, Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB",
+			Role: controller.Role(1 + i%2), Live: true, KVCapacityTokens: 66144}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := service.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Auth.Token = "bench-token"
+	cfg.Agents.Required = false
+	srv, err := service.New(cfg, c, nil, service.WithClock(func() int64 { return benchNow }), service.WithoutControlLoop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv, engines
 }
