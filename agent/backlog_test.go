@@ -16,7 +16,6 @@ import (
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/wire"
-	"github.com/narwhal-io/narwhal/service"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -133,22 +132,7 @@ func TestQueuedPrefillFromEngineReachesRecoveryDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := service.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Auth.Token = "router-s3cret"
-	cfg.Auth.AgentToken = "s3cret"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := service.New(cfg, c, nil, service.WithClock(coreNow.Load), service.WithoutControlLoop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(ctx); close(served) }()
-	t.Cleanup(func() { stop(); <-served })
-	base := "http://" + srv.Addr().String()
+	_, base := serveCore(t, c, coreNow.Load, nil)
 
 	pEng, _ := pageServer(t, backlogPage(12, 2, 40, 10))
 	dEng, _ := pageServer(t, backlogPage(7, 3, 40, 10))

@@ -55,6 +55,13 @@ func startCore(t *testing.T, now func() int64, mod func(*service.Config)) (*serv
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveCore(t, c, now, mod)
+}
+
+// serveCore is startCore on a core the test built (and keeps, to step it
+// or record into it directly).
+func serveCore(t *testing.T, c *core.Core, now func() int64, mod func(*service.Config)) (*service.Server, string) {
+	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Auth.Token = "router-s3cret"
