@@ -138,9 +138,8 @@ type stripeBlock struct {
 type History struct {
 	r          ring.Ring
 	shared     []slotShared
-	stripes    []stripeBlock // slot*nStripes + stripe
+	stripes    []stripeBlock // backing store of every slot's blocks (slotShared.blocks)
 	stripeMask int
-	stripeLog  uint
 	expSized   atomic.Int64
 	expUnsized atomic.Int64
 }
@@ -152,7 +151,7 @@ func NewHistory(widthNs, retentionNs int64) (*History, error) {
 	if err := h.r.Init(widthNs, retentionNs); err != nil {
 		return nil, fmt.Errorf("buckets: new history: %w: %w", ErrInvalidConfig, err)
 	}
-	h.stripeLog, h.stripeMask = ring.StripeLayout()
+	_, h.stripeMask = ring.StripeLayout()
 	n := h.stripeMask + 1
 	h.shared = make([]slotShared, h.r.Slots())
 	h.stripes = make([]stripeBlock, h.r.Slots()*n)
@@ -192,7 +191,7 @@ func validShape(s Shape) bool {
 }
 
 func (h *History) block(slot, stripe int) *stripeBlock {
-	return &h.stripes[slot<<h.stripeLog+stripe]
+	return &h.shared[slot].blocks[stripe]
 }
 
 // Record counts one sized observation at tsNs. It returns false, and
@@ -284,7 +283,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 // counted.
 func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
 	sh := &h.shared[slot]
-	b := &h.stripes[slot<<h.stripeLog+ring.Stripe(h.stripeMask)]
+	b := h.block(slot, ring.Stripe(h.stripeMask))
 	i, ok := h.cell(sh, tag, s, true)
 	if i >= 0 {
 		return i, h.bump(&b.cells[i], tag)

@@ -25,7 +25,7 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 	slot := h.r.Slot(epoch)
 	tag := ring.TagOf(epoch)
 	sh := &h.shared[slot]
-	blocks := h.stripes[slot<<h.stripeLog : (slot+1)<<h.stripeLog]
+	blocks := h.shared[slot].blocks
 	for g := range sh.ctrl {
 		for m := sh.ctrl[g].Load() & msbBytes; m != 0; m &= m - 1 {
 			i := g*groupCells + bits.TrailingZeros64(m)/8
@@ -182,7 +182,7 @@ func (h *History) HasOverflow() bool {
 			continue
 		}
 		slot, tag := h.r.Slot(e), ring.TagOf(e)
-		blocks := h.stripes[slot<<h.stripeLog : (slot+1)<<h.stripeLog]
+		blocks := h.shared[slot].blocks
 		for st := range blocks {
 			if ring.Value(&blocks[st].overflow, tag) > 0 {
 				return true
