@@ -18,21 +18,32 @@ const (
 )
 
 // controllerStart returns the profile set and core options the narwhal
-// policy starts from in mode (Config.ControllerProfile).
+// policy starts from in mode (Config.ControllerProfile); profErr (0: 1)
+// multiplies the exact and nominal profiles' times
+// (Config.ControllerProfileError).
 //   - exact: ControllerProfiles of the engines' true profile (slowdown included).
 //   - nominal: the same without the slowdown.
 //   - prior: the built-in measured profiles less any of the engines'
 //     model, so that the core prices the engines with its geometry prior.
 //   - none: the same set, and no prior (observed pressure only).
 //   - a path: profile.LoadFile, with the prior for what it lacks.
-func controllerStart(mode string, p Profile, maxInput, maxCtxPerSeq int64) (*controller.ProfileSet, []core.Option, error) {
+func controllerStart(mode string, profErr float64, p Profile, maxInput, maxCtxPerSeq int64) (*controller.ProfileSet, []core.Option, error) {
+	if profErr <= 0 {
+		profErr = 1
+	}
 	switch mode {
 	case ProfileExact, "":
-		ps, err := ControllerProfiles(p, maxInput, maxCtxPerSeq)
+		e := p
+		e.Slowdown = max(p.Slowdown, 0)
+		if e.Slowdown == 0 {
+			e.Slowdown = 1
+		}
+		e.Slowdown *= profErr
+		ps, err := ControllerProfiles(e, maxInput, maxCtxPerSeq)
 		return ps, nil, err
 	case ProfileNominal:
 		n := p
-		n.Slowdown = 1
+		n.Slowdown = profErr
 		ps, err := ControllerProfiles(n, maxInput, maxCtxPerSeq)
 		return ps, nil, err
 	case ProfilePrior, ProfileNone:

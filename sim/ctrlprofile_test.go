@@ -121,3 +121,47 @@ func TestControllerProfileFile(t *testing.T) {
 		t.Fatalf("bad file: %v", err)
 	}
 }
+
+// --controller-profile-error X hands the controller the exact (or
+// nominal) profile with every time X times the engines' own, and is
+// refused for the modes it does not apply to.
+func TestControllerProfileError(t *testing.T) {
+	p, _ := LookupProfile(DefaultProfile)
+	exact, err := ControllerProfiles(p, 4000, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := exact.Profiles[0]
+	for _, mode := range []string{ProfileExact, ProfileNominal} {
+		cfg := testConfig("narwhal", 8)
+		cfg.TTFTSLOS, cfg.TPOTSLOS = 2, 0.2
+		cfg.ControllerProfile, cfg.ControllerProfileError = mode, 1.05
+		var c *core.Core
+		res, err := Run(context.Background(), cfg, syntheticWorkload(200), WithCoreReady(func(x *core.Core) { c = x }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ControllerProfileError != 1.05 {
+			t.Errorf("%s: result's controller_profile_error %v; want 1.05", mode, res.ControllerProfileError)
+		}
+		got := c.Controller().Profiles()[0]
+		for _, l := range []float64{500, 2000} {
+			if r := got.Prefill.Seconds(l) / ex.Prefill.Seconds(l); r < 1.045 || r > 1.055 {
+				t.Errorf("%s: prefill(%v) ×%.4f of exact; want 1.05", mode, l, r)
+			}
+		}
+		if r := got.Decode.StepSeconds(32, 32*1000) / ex.Decode.StepSeconds(32, 32*1000); r < 1.045 || r > 1.055 {
+			t.Errorf("%s: decode step ×%.4f of exact; want 1.05", mode, r)
+		}
+	}
+	for _, bad := range []struct {
+		mode string
+		x    float64
+	}{{ProfilePrior, 1.01}, {ProfileNone, 0.99}, {ProfileExact, 0.05}, {ProfileExact, 11}} {
+		cfg := testConfig("narwhal", 4)
+		cfg.ControllerProfile, cfg.ControllerProfileError = bad.mode, bad.x
+		if _, err := cfg.Normalize(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s with error %v: %v; want ErrBadConfig", bad.mode, bad.x, err)
+		}
+	}
+}

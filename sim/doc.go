@@ -56,7 +56,9 @@
 // from instead: exact (that, the default), nominal (the published profile
 // without Config.EngineSlowdown, a stale profile), prior (package
 // profile's geometry prior only), none (no profile, no prior) or a
-// profile file. Every engine accumulates what its own metrics would
+// profile file; Config.ControllerProfileError (--controller-profile-error)
+// scales the exact or nominal start's times, to measure how far a row
+// moves for a small profile error. Every engine accumulates what its own metrics would
 // report (prefill batches with their token sums and Σ L², decode steps
 // with their batch and context); with Config.Calibrate (--calibrate) the
 // policy hands each engine's interval to core.ObserveLatency every step,

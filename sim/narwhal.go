@@ -36,7 +36,7 @@ func (np *narwhalPolicy) init(s *simulator) error {
 		cc.TPOTSLOS = s.cfg.TPOTSLOS
 	}
 	maxIn, maxCtx := profileRange(s.reqs, cc.Controller.DefaultOutputTokens)
-	ps, popts, err := controllerStart(s.cfg.ControllerProfile, s.prof, maxIn, min(maxCtx, s.prof.KVCapacityTokens))
+	ps, popts, err := controllerStart(s.cfg.ControllerProfile, s.cfg.ControllerProfileError, s.prof, maxIn, min(maxCtx, s.prof.KVCapacityTokens))
 	if err != nil {
 		return err
 	}

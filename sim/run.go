@@ -46,6 +46,11 @@ type Config struct {
 	// stale profile), "prior" (the geometry prior only), "none" (no
 	// profile: observed pressure only) or a profile file's path.
 	ControllerProfile string `json:"controller_profile"`
+	// ControllerProfileError multiplies the times of an exact or nominal
+	// starting profile (0: 1): a profile that error times too slow. It
+	// measures how much a row moves for a small profile error (the noise
+	// band beside calibration's results, benchmarks/slo/PROFILES.md).
+	ControllerProfileError float64 `json:"controller_profile_error,omitempty"`
 	// Calibrate feeds the engines' per-interval latency figures to the
 	// core's online calibration every step (default off, so that the
 	// benchmark's reference runs are unchanged).
@@ -146,6 +151,15 @@ func (c Config) Normalize() (Config, error) {
 	}
 	if c.ControllerProfile == "" {
 		c.ControllerProfile = ProfileExact
+	}
+	if c.ControllerProfileError == 0 {
+		c.ControllerProfileError = 1
+	}
+	if !(c.ControllerProfileError >= 0.1 && c.ControllerProfileError <= 10) {
+		return c, fmt.Errorf("sim: controller_profile_error %v: want 0.1..10: %w", c.ControllerProfileError, ErrBadConfig)
+	}
+	if c.ControllerProfileError != 1 && c.ControllerProfile != ProfileExact && c.ControllerProfile != ProfileNominal {
+		return c, fmt.Errorf("sim: controller_profile_error %v: applies to the exact and nominal profiles, not %q: %w", c.ControllerProfileError, c.ControllerProfile, ErrBadConfig)
 	}
 	if c.NoMaxTokensFrac > 1 {
 		return c, fmt.Errorf("sim: no_max_tokens_frac %v: want ≤ 1: %w", c.NoMaxTokensFrac, ErrBadConfig)

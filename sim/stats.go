@@ -132,10 +132,12 @@ type Result struct {
 	Profile           string  `json:"profile"`
 	EngineSlowdown    float64 `json:"engine_slowdown,omitempty"`
 	ControllerProfile string  `json:"controller_profile,omitempty"`
-	Calibrate         bool    `json:"calibrate,omitempty"`
-	Requests          int     `json:"requests"`
-	Completed         int     `json:"completed"`
-	SLOAttainment     float64 `json:"slo_attainment"`
+	// ControllerProfileError: Config.ControllerProfileError when not 1.
+	ControllerProfileError float64 `json:"controller_profile_error,omitempty"`
+	Calibrate              bool    `json:"calibrate,omitempty"`
+	Requests               int     `json:"requests"`
+	Completed              int     `json:"completed"`
+	SLOAttainment          float64 `json:"slo_attainment"`
 	// SLOAttainmentAfterWarmup: attainment of the requests arriving at or
 	// after WarmupS (Config.WarmupS > 0).
 	WarmupS                  float64 `json:"warmup_s,omitempty"`
@@ -199,6 +201,9 @@ func (s *simulator) result() *Result {
 		WallSeconds:    float64(st.wallNs) / 1e9,
 		TTFTSLOS:       st.ttftSLOS,
 		TPOTSLOS:       st.tpotSLOS,
+	}
+	if e := s.cfg.ControllerProfileError; e != 0 && e != 1 {
+		res.ControllerProfileError = e
 	}
 	var both, ttftN, tpotN int
 	var warmN, warmBoth int

@@ -76,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	coreCfg := fs.String("core-config", "", "narwhal: JSON file overriding core.DefaultConfig() (e.g. {\"controller\":{\"cooldown_s\":10}}); the SLOs always come from --ttft-slo/--tpot-slo")
 	slowdown := fs.Float64("engine-slowdown", 1, "multiply the simulated engines' true prefill and decode times by X")
 	ctrlProf := fs.String("controller-profile", sim.ProfileExact, "narwhal: what the controller starts from: exact (the engines' true profile, slowdown included) | nominal (the named profile without the slowdown) | prior (the geometry prior only) | none (no profile: observed pressure) | FILE (measured points, see core/profile/README.md)")
+	profErr := fs.Float64("controller-profile-error", 1, "narwhal: multiply the exact or nominal starting profile's times by X (a profile X times too slow; to measure a row's sensitivity to profile error)")
 	profFile := fs.String("profiles", "", "narwhal: profile file (same as --controller-profile FILE)")
 	calibrate := fs.Bool("calibrate", false, "narwhal: feed the engines' per-interval latency figures to the core's online profile calibration")
 	warmup := fs.Float64("warmup", 0, "also report the SLO attainment of the requests arriving at or after this many seconds (slo_attainment_after_warmup)")
@@ -113,6 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.TTFTSLOS, cfg.TPOTSLOS, cfg.Profile = *ttft, *tpot, *profile
 	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
 	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate, cfg.WarmupS = *slowdown, *ctrlProf, *calibrate, *warmup
+	cfg.ControllerProfileError = *profErr
 	if *profFile != "" {
 		if *ctrlProf != sim.ProfileExact && *ctrlProf != *profFile {
 			return fmt.Errorf("--profiles and --controller-profile %s: give one", *ctrlProf)

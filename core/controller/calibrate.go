@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -230,6 +231,12 @@ func (cs *calibState) observe(nowNs int64, li *LatencyInterval) Profile {
 		phi := [3]float64{b.Decode.A, b.Decode.PerSeq * li.DecodeBatch, b.Decode.PerCtxToken * li.DecodeCtxTokens}
 		learnPoint(&cs.dec, &cs.stats.DecodeFitError, &cs.stats.DecodeSamples, nowNs, phi, li.DecodeSeconds/li.DecodeCount)
 	}
+	return cs.profile()
+}
+
+// profile returns the starting profile with the calibration applied.
+func (cs *calibState) profile() Profile {
+	b := &cs.base
 	cs.stats.PrefillScale, cs.stats.DecodeScale = cs.pre.theta, cs.dec.theta
 	p := *b
 	p.Prefill.A, p.Prefill.B, p.Prefill.C = b.Prefill.A*cs.pre.theta[0], b.Prefill.B*cs.pre.theta[1], b.Prefill.C*cs.pre.theta[2]
@@ -309,7 +316,12 @@ func (c *Controller) lookupEngine(e *Engine) int {
 	p.TP = max(e.TP, 1)
 	c.resolved++
 	c.profiles.Profiles = append(c.profiles.Profiles, p)
-	return len(c.profiles.Profiles) - 1
+	pi := len(c.profiles.Profiles) - 1
+	if pc, ok := c.calibWait[calibKey(p.Model, p.GPU, p.TP)]; ok {
+		delete(c.calibWait, calibKey(p.Model, p.GPU, p.TP))
+		c.applyCalibration(pi, &pc)
+	}
+	return pi
 }
 
 // LookupTP is Lookup preferring a profile of tensor-parallel degree tp
@@ -491,4 +503,183 @@ func (pc *profileCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range missing {
 		ch <- prometheus.MustNewConstMetric(pc.missing, prometheus.GaugeValue, 1, k.m, k.g)
 	}
+}
+
+// PersistedCalibration is one profile's online calibration as the state
+// file keeps it (PersistedState.Calibrations), so that a restarted core
+// prices with what it had learned instead of its starting profile.
+// Start holds the starting profile's coefficients (prefill a, b, c;
+// decode a, per_seq, per_ctx_token): a restart from a different starting
+// profile (another profiles.file, another prior) drops the calibration.
+type PersistedCalibration struct {
+	Model   string             `json:"model"`
+	GPU     string             `json:"gpu"`
+	TP      int                `json:"tp"`
+	Start   [6]float64         `json:"start"`
+	Prefill CalibSystem        `json:"prefill"`
+	Decode  CalibSystem        `json:"decode"`
+	Stats   ProfileCalibration `json:"stats"`
+}
+
+// CalibSystem is one phase's running least-squares system: Σ w·φφᵀ (M),
+// Σ w·φ·y (V), the decayed interval count N, the clock of the last
+// interval and the multipliers solved from them.
+type CalibSystem struct {
+	M      [3][3]float64 `json:"m"`
+	V      [3]float64    `json:"v"`
+	N      float64       `json:"n"`
+	LastNs int64         `json:"last_ns"`
+	Theta  [3]float64    `json:"theta"`
+}
+
+// maxPersistedCalibrations bounds the calibrations a state file may
+// carry (the profile set's own plus maxResolved).
+const maxPersistedCalibrations = 1024
+
+func calibKey(model, gpu string, tp int) string { return fmt.Sprintf("%s\x00%s\x00%d", model, gpu, tp) }
+
+func startCoefs(p *Profile) [6]float64 {
+	return [6]float64{p.Prefill.A, p.Prefill.B, p.Prefill.C, p.Decode.A, p.Decode.PerSeq, p.Decode.PerCtxToken}
+}
+
+func (r *rls) persist() CalibSystem {
+	return CalibSystem{M: r.m, V: r.v, N: r.n, LastNs: r.lastNs, Theta: r.theta}
+}
+
+func (s *CalibSystem) rls() rls {
+	return rls{m: s.M, v: s.V, n: s.N, lastNs: s.LastNs, theta: s.Theta}
+}
+
+// validate checks one system: finite figures, n and the diagonal of M
+// not negative, multipliers within the calibration's bounds, the clock
+// not in the future (future reports whether a time is).
+func (s *CalibSystem) validate(future func(int64) bool) error {
+	vals := []float64{s.N, s.V[0], s.V[1], s.V[2], s.Theta[0], s.Theta[1], s.Theta[2]}
+	for i := range s.M {
+		vals = append(vals, s.M[i][:]...)
+		if s.M[i][i] < 0 {
+			return fmt.Errorf("m[%d][%d] %v: want >= 0", i, i, s.M[i][i])
+		}
+	}
+	for _, v := range vals {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%v: want finite figures", v)
+		}
+	}
+	if s.N < 0 {
+		return fmt.Errorf("n %v: want >= 0", s.N)
+	}
+	for _, t := range s.Theta {
+		if t < calibMin || t > calibMax {
+			return fmt.Errorf("theta %v: want each within [%v, %v]", s.Theta, calibMin, calibMax)
+		}
+	}
+	if s.LastNs < 0 || future(s.LastNs) {
+		return fmt.Errorf("last_ns %d is negative or in the future", s.LastNs)
+	}
+	return nil
+}
+
+// validateCalibrations checks the state file's calibrations (at most
+// maxPersistedCalibrations, one per model, GPU and TP); the error names
+// the entry and field.
+func validateCalibrations(cs []PersistedCalibration, future func(int64) bool) error {
+	if len(cs) > maxPersistedCalibrations {
+		return fmt.Errorf("calibrations: %d entries, at most %d", len(cs), maxPersistedCalibrations)
+	}
+	seen := make(map[string]bool, len(cs))
+	for i := range cs {
+		pc := &cs[i]
+		k := calibKey(pc.Model, pc.GPU, pc.TP)
+		if pc.Model == "" || pc.GPU == "" || pc.TP < 0 || seen[k] {
+			return fmt.Errorf("calibrations[%d]: model %q, gpu %q, tp %d: empty, negative or repeated", i, pc.Model, pc.GPU, pc.TP)
+		}
+		seen[k] = true
+		for _, v := range pc.Start {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("calibrations[%d].start %v: want finite figures", i, pc.Start)
+			}
+		}
+		if err := pc.Prefill.validate(future); err != nil {
+			return fmt.Errorf("calibrations[%d].prefill: %w", i, err)
+		}
+		if err := pc.Decode.validate(future); err != nil {
+			return fmt.Errorf("calibrations[%d].decode: %w", i, err)
+		}
+		st := &pc.Stats
+		if st.PrefillSamples < 0 || st.DecodeSamples < 0 || !(st.PrefillFitError >= 0) || !(st.DecodeFitError >= 0) ||
+			math.IsInf(st.PrefillFitError, 0) || math.IsInf(st.DecodeFitError, 0) {
+			return fmt.Errorf("calibrations[%d].stats: samples and fit errors must be finite and >= 0", i)
+		}
+	}
+	return nil
+}
+
+// persistCalibrations returns the calibrations to save: every profile's
+// that has learned an interval, and the restored ones still waiting for
+// their profile (caller holds mu).
+func (c *Controller) persistCalibrations() []PersistedCalibration {
+	var out []PersistedCalibration
+	for _, cs := range c.calib {
+		if cs.stats.PrefillSamples+cs.stats.DecodeSamples == 0 {
+			continue
+		}
+		b := &cs.base
+		out = append(out, PersistedCalibration{Model: b.Model, GPU: b.GPU, TP: b.TP, Start: startCoefs(b),
+			Prefill: cs.pre.persist(), Decode: cs.dec.persist(), Stats: cs.stats})
+	}
+	for _, pc := range c.calibWait {
+		out = append(out, pc)
+	}
+	slices.SortFunc(out, func(a, b PersistedCalibration) int {
+		return strings.Compare(calibKey(a.Model, a.GPU, a.TP), calibKey(b.Model, b.GPU, b.TP))
+	})
+	if len(out) > maxPersistedCalibrations {
+		out = out[:maxPersistedCalibrations]
+	}
+	return out
+}
+
+// restoreCalibrations applies saved calibrations: to the profile of the
+// same model, GPU and TP when the set has it and it starts from the same
+// coefficients, or, for a profile the resolver has not added yet, when
+// it is (caller holds mu). A controller built WithCalibration(false)
+// ignores them.
+func (c *Controller) restoreCalibrations(cs []PersistedCalibration) {
+	if c.noCalib {
+		return
+	}
+	for i := range cs {
+		pc := cs[i]
+		pi := slices.IndexFunc(c.profiles.Profiles, func(p Profile) bool {
+			return p.Model == pc.Model && p.GPU == pc.GPU && p.TP == pc.TP
+		})
+		if pi < 0 {
+			if c.calibWait == nil {
+				c.calibWait = map[string]PersistedCalibration{}
+			}
+			if len(c.calibWait) < maxPersistedCalibrations {
+				c.calibWait[calibKey(pc.Model, pc.GPU, pc.TP)] = pc
+			}
+			continue
+		}
+		c.applyCalibration(pi, &pc)
+	}
+}
+
+// applyCalibration installs a saved calibration on profile pi if that
+// profile is still its start (caller holds mu).
+func (c *Controller) applyCalibration(pi int, pc *PersistedCalibration) {
+	p := &c.profiles.Profiles[pi]
+	if c.calib[pi] != nil || p.Calibration != nil || startCoefs(p) != pc.Start {
+		return
+	}
+	cs := newCalib(*p)
+	cs.pre, cs.dec = pc.Prefill.rls(), pc.Decode.rls()
+	cs.stats = pc.Stats
+	if c.calib == nil {
+		c.calib = map[int]*calibState{}
+	}
+	c.calib[pi] = cs
+	*p = cs.profile()
 }

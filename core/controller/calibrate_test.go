@@ -1,8 +1,11 @@
 package controller
 
 import (
+	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -109,5 +112,60 @@ func TestCalibrationReshapesAPriorFarOff(t *testing.T) {
 		if want := truth.pa + truth.pb*l + truth.pc*l*l; relErr(p.Prefill.Seconds(l), want) > 0.1 {
 			t.Errorf("calibrated prefill(%v) = %.4f s; want %.4f within 10 %% (started at %.4f)", l, p.Prefill.Seconds(l), want, start.Prefill.Seconds(l))
 		}
+	}
+}
+
+// A saved calibration applies to the profile with the same model, GPU,
+// TP and starting coefficients, and to no other: a restart from another
+// start (a new profile file) drops it, and an impossible one is refused
+// before anything changes.
+func TestCalibrationStateRoundTrip(t *testing.T) {
+	truth := truthEngine{0.025, 1.07e-4, 3.4e-9, 0.022, 1.0e-4, 2.5e-7}
+	start := startProfile(truth, 1/1.3)
+	a := calibController(t, start)
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := 1; i <= 200; i++ {
+		if err := a.ObserveLatency("e1", int64(i)*1e9, truth.interval(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := a.Profiles()[0]
+	b, err := json.Marshal(a.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st PersistedState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Calibrations) != 1 {
+		t.Fatalf("state carries %d calibrations; want 1", len(st.Calibrations))
+	}
+	same := calibController(t, start)
+	if err := same.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	got := same.Profiles()[0]
+	if got.Prefill != want.Prefill || got.Decode != want.Decode || got.Calibration == nil || *got.Calibration != *want.Calibration {
+		t.Errorf("restored profile %+v; want %+v", got, want)
+	}
+	other := start
+	other.Prefill.B *= 1.1
+	diff := calibController(t, other)
+	if err := diff.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := diff.Profiles()[0]; got.Calibration != nil || got.Prefill != other.Prefill {
+		t.Errorf("a calibration of another start was applied: %+v", got.Calibration)
+	}
+	bad := st
+	bad.Calibrations = slices.Clone(st.Calibrations)
+	bad.Calibrations[0].Prefill.M[1][1] = math.NaN()
+	fresh := calibController(t, start)
+	if err := fresh.Restore(bad); !errors.Is(err, ErrInvalidState) {
+		t.Errorf("NaN in a saved system: %v; want ErrInvalidState", err)
+	}
+	if got := fresh.Profiles()[0]; got.Calibration != nil {
+		t.Error("a refused state changed the profile")
 	}
 }

@@ -95,6 +95,7 @@ type Controller struct {
 	// profile index, the resolver for missing (model, GPU, TP) and what
 	// it could not resolve.
 	calib      map[int]*calibState
+	calibWait  map[string]PersistedCalibration // restored, for profiles not yet resolved
 	noCalib    bool
 	resolve    Resolver
 	resolved   int

@@ -27,7 +27,12 @@
 // adds a profile of origin "prior". ObserveLatency refits a profile online
 // from the engines' latency intervals (calibrate.go: a common level, then
 // each term's multiplier, by forgetting weighted least squares on relative
-// error); every decision journals the profiles that priced it (origin,
+// error). The calibration lives in the controller's state
+// (PersistedState.Calibrations: the running systems per profile and the
+// starting coefficients), so the core's state file carries it across a
+// restart; a restart from other starting coefficients drops it, and one
+// with calibration off ignores it. Every decision journals the profiles
+// that priced it (origin,
 // source, calibrated, fit error) and the models without one, and
 // ProfileCollector exports narwhal_profile_*.
 //

@@ -44,6 +44,9 @@ type PersistedState struct {
 	// discounts follow the retained outputs history itself. Kept so that
 	// older state files load.
 	OutputsOverflowUntilNs int64 `json:"outputs_overflow_until_ns,omitempty"`
+	// Calibrations: each profile's online calibration (calibrate.go),
+	// so that a restart keeps pricing with what the core had learned.
+	Calibrations []PersistedCalibration `json:"calibrations,omitempty"`
 }
 
 const stateVersion = 1
@@ -69,6 +72,7 @@ func (c *Controller) State() PersistedState {
 		st.Engines = append(st.Engines, PersistedEngine{ID: id, Role: r.Role, LastMoveNs: r.LastMoveNs})
 	}
 	slices.SortFunc(st.Engines, func(a, b PersistedEngine) int { return strings.Compare(a.ID, b.ID) })
+	st.Calibrations = c.persistCalibrations()
 	return st
 }
 
@@ -78,6 +82,9 @@ func (c *Controller) State() PersistedState {
 func (c *Controller) Restore(st PersistedState) error {
 	if st.Version != stateVersion {
 		return fmt.Errorf("%w: state version %d, want %d", ErrInvalidConfig, st.Version, stateVersion)
+	}
+	if err := validateCalibrations(st.Calibrations, func(int64) bool { return false }); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidState, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -103,6 +110,7 @@ func (c *Controller) Restore(st PersistedState) error {
 		}
 		c.restored[pe.ID] = pe
 	}
+	c.restoreCalibrations(st.Calibrations)
 	c.publish()
 	return nil
 }
@@ -157,6 +165,9 @@ func (st *PersistedState) Validate(nowNs int64) error {
 		if r.AtNs < 0 || future(r.AtNs) {
 			return bad("risks[%d].at_ns %d is negative or in the future (now %d)", i, r.AtNs, nowNs)
 		}
+	}
+	if err := validateCalibrations(st.Calibrations, future); err != nil {
+		return bad("%v", err)
 	}
 	if st.OutputsOverflowUntilNs < 0 || (nowNs > 0 && st.OutputsOverflowUntilNs > nowNs+int64(24*time.Hour)) {
 		return bad("outputs_overflow_until_ns %d is negative or more than a day ahead (now %d)", st.OutputsOverflowUntilNs, nowNs)
