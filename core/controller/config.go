@@ -72,12 +72,6 @@ type Config struct {
 	// same direction, each through every gate). A large deficit is closed
 	// in one decision instead of one engine per cooldown.
 	MaxMovesPerStep int `json:"max_moves_per_step" yaml:"max_moves_per_step"`
-	// BurstPressure and BurstArrivals: a decode-to-prefill deficit counts
-	// as confirmed (may move several engines) when the current split's
-	// predicted prefill pressure exceeds BurstPressure with at least
-	// BurstArrivals requests in the short window. 0 turns it off.
-	BurstPressure float64 `json:"burst_pressure" yaml:"burst_pressure"`
-	BurstArrivals float64 `json:"burst_arrivals" yaml:"burst_arrivals"`
 	// PredictionArrivals: with fewer requests than this in the short
 	// window, a predicted prefill deficit does not move an engine until
 	// the prefill pool measures a shortage (a queue past the TTFT SLO, or
@@ -110,8 +104,6 @@ func DefaultConfig() Config {
 		LatencyQuantile:      0.5,
 		ScoreCap:             1,
 		MaxMovesPerStep:      4,
-		BurstPressure:        10,
-		BurstArrivals:        60,
 		PredictionArrivals:   60,
 		JournalRing:          1024,
 	}
@@ -164,10 +156,6 @@ func (c Config) Validate() error {
 		return bad("score_cap", c.ScoreCap, fmt.Sprintf("> target_pressure (%v)", c.TargetPressure))
 	case c.MaxMovesPerStep < 1:
 		return bad("max_moves_per_step", c.MaxMovesPerStep, ">= 1")
-	case !finite(c.BurstPressure) || c.BurstPressure < 0:
-		return bad("burst_pressure", c.BurstPressure, ">= 0")
-	case !finite(c.BurstArrivals) || c.BurstArrivals < 0:
-		return bad("burst_arrivals", c.BurstArrivals, ">= 0")
 	case !finite(c.PredictionArrivals) || c.PredictionArrivals < 0:
 		return bad("prediction_arrivals", c.PredictionArrivals, ">= 0")
 	case c.JournalRing < 1:

@@ -716,13 +716,6 @@ func (c *Controller) decide(nowNs int64) Decision {
 	if dir < 0 && (kvSoon || s.kvPastTarget(cur, c.cfg)) {
 		confirmed = true
 	}
-	// A burst: prefill predicted far past its SLO from many arrivals
-	// (a queue that first tokens and the queue measure only once it is
-	// formed) is treated as confirmed, so the first move may take
-	// several engines instead of one per cooldown.
-	if dir > 0 && c.cfg.BurstPressure > 0 && cur.PrefillPressure > c.cfg.BurstPressure && s.Short.Requests >= c.cfg.BurstArrivals {
-		confirmed = true
-	}
 	if !confirmed {
 		k = 1
 	}

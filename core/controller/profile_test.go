@@ -104,16 +104,6 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "kv_headroom") {
 		t.Fatalf("NaN kv_headroom must be refused; got %v", err)
 	}
-	c = DefaultConfig()
-	c.BurstPressure = -1
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "controller.burst_pressure must be >= 0, got -1") {
-		t.Fatalf("negative burst_pressure must be refused; got %v", err)
-	}
-	c = DefaultConfig()
-	c.BurstArrivals = math.Inf(1)
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "burst_arrivals") {
-		t.Fatalf("infinite burst_arrivals must be refused; got %v", err)
-	}
 	for _, v := range []float64{-1, math.NaN(), math.Inf(1)} {
 		c = DefaultConfig()
 		c.PredictionArrivals = v
