@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -385,6 +387,9 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 			fs.Func(name, s.help(), record)
 		}
 	}
+	if err := checkRemoved(nil, args, lookupEnv); err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if err := fs.Parse(joinBoolValues(args, leaves)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
@@ -402,6 +407,9 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return cfg, fmt.Errorf("%w: reading config file: %w", ErrConfig, err)
+		}
+		if err := checkRemoved(b, nil, func(string) (string, bool) { return "", false }); err != nil {
+			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 		}
 		if err := decodeYAML(b, &cfg); err != nil {
 			return cfg, fmt.Errorf("%w: config file %s: %w", ErrConfig, path, err)
@@ -451,6 +459,53 @@ func Usage(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  --%s  (env %s) default %v\n", s.path, s.env(), s.v.Interface())
 	}
+}
+
+// removedSettings are settings a release removed, with what to do; a
+// file, variable or flag that still sets one is refused with this text
+// rather than a bare "field not found", so that an upgrade says why.
+var removedSettings = map[string]string{
+	"core.controller.burst_pressure": "removed (the predicted-burst rule measured no gain on the scenario suite, benchmarks/slo/SUITE.md); delete it",
+	"core.controller.burst_arrivals": "removed with core.controller.burst_pressure; delete it",
+}
+
+// checkRemoved refuses a removed setting in the YAML file b, the
+// environment or the flags.
+func checkRemoved(b []byte, args []string, lookupEnv func(string) (string, bool)) error {
+	var root map[string]any
+	_ = yaml.Unmarshal(b, &root) // a malformed file is reported by decodeYAML
+	for _, path := range slices.Sorted(maps.Keys(removedSettings)) {
+		why := removedSettings[path]
+		if yamlHas(root, strings.Split(path, ".")) {
+			return fmt.Errorf("config file sets %s: %s", path, why)
+		}
+		if env := (setting{path: path}).env(); func() bool { _, ok := lookupEnv(env); return ok }() {
+			return fmt.Errorf("env %s sets %s: %s", env, path, why)
+		}
+		for _, a := range args {
+			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if strings.HasPrefix(a, "-") && name == path {
+				return fmt.Errorf("flag --%s: %s", path, why)
+			}
+		}
+	}
+	return nil
+}
+
+func yamlHas(m map[string]any, keys []string) bool {
+	for i, k := range keys {
+		v, ok := m[k]
+		if !ok {
+			return false
+		}
+		if i == len(keys)-1 {
+			return true
+		}
+		if m, ok = v.(map[string]any); !ok {
+			return false
+		}
+	}
+	return false
 }
 
 // decodeYAML decodes strictly: unknown fields and trailing documents are

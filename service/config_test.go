@@ -113,6 +113,11 @@ func TestLoadErrors(t *testing.T) {
 	f([]string{"--agents.required=maybe"}, tok, "", "agents.required must be a boolean")
 	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN_FILE": "/does/not/exist"}, "", "auth.token_file must be readable")
 	f(nil, tok, "listen: \":1\"\n---\nlisten: \":2\"\n", "more than one YAML document")
+	// A setting a release removed is refused with why, from a file, the
+	// environment or a flag.
+	f(nil, tok, "core: {controller: {burst_pressure: 10}}\n", "sets core.controller.burst_pressure: removed", "delete it")
+	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN": "t", "NARWHAL_CORE_CONTROLLER_BURST_ARRIVALS": "60"}, "", "env NARWHAL_CORE_CONTROLLER_BURST_ARRIVALS sets core.controller.burst_arrivals: removed")
+	f([]string{"--core.controller.burst_pressure=10"}, tok, "", "flag --core.controller.burst_pressure: removed")
 }
 
 func TestTokenFile(t *testing.T) {
