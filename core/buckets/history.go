@@ -140,6 +140,11 @@ type History struct {
 	shared     []slotShared
 	stripes    []stripeBlock // backing store of every slot's blocks (slotShared.blocks)
 	stripeMask int
+	// spread is set (for good) once two writers have raced on one
+	// counter: until then every writer counts in stripe 0 and pays no
+	// per-P lookup (a router with one recording goroutine never does),
+	// after it each counts in its P's stripe (LongAdder's rule).
+	spread     atomic.Uint32
 	expSized   atomic.Int64
 	expUnsized atomic.Int64
 }
@@ -198,83 +203,153 @@ func (h *History) block(slot, stripe int) *stripeBlock {
 // changes nothing, for a negative timestamp, a shape outside
 // [0, MaxTokens], a timestamp whose bucket has expired, or one too far
 // ahead (see the package documentation).
+//
+// This is the router's per-request cost, so the common case (a timestamp
+// in the newest bucket, whose slot is claimed; the shape in its cell or a
+// full window sending it to the overflow) is written out here with no
+// calls: every other case starts over in record, which has not been
+// touched by then (the fast path changes nothing before its one
+// compare-and-swap). Keeping calls off the fast path keeps its values in
+// registers (no spills to the stack before the locked instruction).
 func (h *History) Record(tsNs int64, s Shape) bool {
-	if tsNs < 0 || !validShape(s) {
-		return false
-	}
-	// The ring's fast paths, inlined by hand: this is the router's per
-	// request cost.
 	r := &h.r
-	e := r.NewestFast()
+	// The newest claimed bucket, while retained, holds its slot (see
+	// ring.Ring.Claimed): a timestamp in it needs neither the admission
+	// nor the slot's check. A negative timestamp falls outside it (its
+	// start is >= 0); before the first claim (None) the retention test
+	// fails. a|b exceeds MaxTokens (all ones) when either does,
+	// negatives included.
+	e := r.Claimed()
 	w := r.WidthNs()
-	if e == ring.None || uint64(tsNs-e*w) >= uint64(w) {
-		var ok bool
-		if e, ok = r.AdmitSlow(tsNs, h); !ok {
-			return false
-		}
+	if uint64(tsNs-e*w) >= uint64(w) || e < r.NewestFast()-r.Keep() {
+		return h.record(tsNs, s)
 	}
-	if !r.Holds(e) && !r.Claim(e, h) {
-		return false
+	if uint64(s.Input)|uint64(s.Output) > MaxTokens || h.spread.Load() != 0 {
+		return h.record(tsNs, s)
 	}
-	slot := r.Slot(e)
-	tag := ring.TagOf(e)
-	sh := &h.shared[slot]
-	st := 0
-	if h.stripeMask != 0 { // ring.Stripe, inlined: two calls instead of three
-		st = ring.ProcPin() & h.stripeMask
-		ring.ProcUnpin()
-	}
-	b := &sh.blocks[st]
-	// The shape's window, two groups of control bytes. When the window is
-	// full (every byte set: the steady state of a busy bucket) the shape
-	// is either in a cell whose byte matches its fingerprint or in the
-	// overflow, and both are decided here from the candidates' keys; a
-	// window with a free cell goes to cell, which may claim it.
+	sh := &h.shared[r.Slot(e)]
 	hash := shapeHash(s)
-	fp := fingerprint(hash)
+	// From here on the key stands for the shape and the bucket for the
+	// timestamp (fewer live values, no spills).
+	want := keyOf(ring.TagOf(e), s)
+	// The shape's window: two groups of eight cells, one control byte
+	// each. Its cell, if it has one, is a cell of the window whose byte
+	// matches its fingerprint and whose key is the shape's. The first
+	// candidate of each group is read without a branch (no candidate
+	// gives a cell outside the window, whose key cannot be the shape's);
+	// more candidates, or no cell and a free byte in the window (a
+	// claim), go to the general path; no cell in a full window (the
+	// steady state of a busy bucket) is the overflow.
+	fpw := lsbBytes * fingerprint(hash)
 	g := uint(hash >> 60)
 	g1 := (g + 1) % groups
 	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[g1].Load()
-	want := keyOf(tag, s)
-	ok := true
-	fpw := lsbBytes * fp
-	i := sh.findKey(c0, fpw, g, want)
-	if i < 0 {
-		if (^c0|^c1)&msbBytes != 0 {
-			i, ok = h.cell(sh, tag, s, true)
-		} else {
-			i = sh.findKey(c1, fpw, g1, want)
-		}
-	}
+	m0, m1 := matchWord(c0, fpw), matchWord(c1, fpw)
+	j0 := (g*groupCells + uint(bits.TrailingZeros64(m0))/8) % ExactCells
+	j1 := (g1*groupCells + uint(bits.TrailingZeros64(m1))/8) % ExactCells
+	k0, k1 := sh.keys[j0].Load(), sh.keys[j1].Load()
+	tagHi := want &^ ring.ValueMask // the bucket's tag in place
+	b := &sh.blocks[0]              // uncontended: stripe 0 (see spread)
 	var c *atomic.Uint64
+	evidence := false
 	switch {
-	case i >= 0:
-		c = &b.cells[uint(i)%ExactCells] // i < ExactCells: no bounds check
-	case !ok:
-		return false
+	case k0 == want:
+		c = &b.cells[j0]
+	case k1 == want:
+		c = &b.cells[j1]
+	case m0&(m0-1)|m1&(m1-1) != 0 || (^c0|^c1)&msbBytes != 0:
+		return h.recordAgain(e, want)
 	default:
 		c = &b.overflow
+		// The overflow cohort's price: its maxima and zero-output
+		// mark, written (after the count) only when this observation
+		// raises or meets them. Maxima never fall within a bucket, so
+		// reading them before the count decides as well as after. A
+		// maximum word of this bucket whose maximum exceeds v lies in
+		// [tagHi + (v+1)<<atMaxBits, tagHi + 1<<ValueBits): one
+		// unsigned range test each (it wraps at the last tag).
+		in, out := want>>24&MaxTokens, want&MaxTokens
+		end := tagHi + 1<<ring.ValueBits
+		loIn, loOut := tagHi+(in+1)<<atMaxBits, tagHi+(out+1)<<atMaxBits
+		evidence = sh.maxIn.Load()-loIn >= end-loIn || sh.maxOut.Load()-loOut >= end-loOut || out == 0
 	}
-	if old := c.Load(); old>>ring.ValueBits != tag || !c.CompareAndSwap(old, old+1) {
-		if !h.bumpSlow(c, tag) {
-			return false
-		}
+	// One compare-and-swap on a live word of the bucket. No straggler
+	// drain is needed after it (unlike ring.Ring.AfterWrite): a drain of
+	// the bucket that ran before the load left the word 0 or newer, one
+	// that ran between the load and the swap made the swap fail, and
+	// one that runs after takes this count with the rest. Hence the
+	// zero word (tag 0, value 0) goes to the general path too.
+	if old := c.Load(); old&^ring.ValueMask != tagHi || old == 0 {
+		return h.recordAgain(e, want) // a stale or empty word: the lazy clear
+	} else if !c.CompareAndSwap(old, old+1) {
+		return h.recordContended(e, want)
 	}
-	if i < 0 {
-		if old := sh.maxIn.Load(); old>>ring.ValueBits != tag || uint64(s.Input) >= ring.WordValue(old)>>atMaxBits {
-			raiseMaxSlow(&sh.maxIn, tag, uint64(s.Input))
-		}
-		if old := sh.maxOut.Load(); old>>ring.ValueBits != tag || uint64(s.Output) >= ring.WordValue(old)>>atMaxBits {
-			raiseMaxSlow(&sh.maxOut, tag, uint64(s.Output))
-		}
-		if s.Output == 0 {
-			addMeta(&sh.meta, tag, 1, metaZeroSeen)
-		}
-	}
-	if e < r.NewestFast()-r.Keep() {
-		r.DrainStraggler(e, h)
+	if evidence {
+		return h.overflowEvidence(sh, e, want)
 	}
 	return true
+}
+
+// record is Record's general path: admitting a new bucket, claiming a
+// slot, a free cell, a stale word, or several writers at once.
+func (h *History) record(tsNs int64, s Shape) bool {
+	if tsNs < 0 || !validShape(s) {
+		return false
+	}
+	e, ok := h.r.AdmitTs(tsNs, h)
+	if !ok || !h.r.Claim(e, h) {
+		return false
+	}
+	if _, ok := h.add(h.r.Slot(e), ring.TagOf(e), s); !ok {
+		return false
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// recordAgain is record for the fast path's way out after the checks: it
+// holds the bucket e (retained, claimed) and the key rather than the
+// timestamp and the shape; the start of e is in the same bucket.
+func (h *History) recordAgain(e int64, key uint64) bool {
+	return h.record(e*h.r.WidthNs(), keyShape(key))
+}
+
+// recordContended is recordAgain after the fast path lost its
+// compare-and-swap to another writer: from then on, writers spread over
+// the per-P stripes.
+func (h *History) recordContended(e int64, key uint64) bool {
+	h.contended()
+	return h.recordAgain(e, key)
+}
+
+// overflowEvidence finishes a fast-path overflow record (bucket e, key)
+// whose shape raises or meets the cohort's maxima or has output 0.
+func (h *History) overflowEvidence(sh *slotShared, e int64, key uint64) bool {
+	tag, s := ring.TagOf(e), keyShape(key)
+	raiseMax(&sh.maxIn, tag, uint64(s.Input))
+	raiseMax(&sh.maxOut, tag, uint64(s.Output))
+	if s.Output == 0 {
+		addMeta(&sh.meta, tag, 1, metaZeroSeen)
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// contended switches the history to striped counting (once, for good)
+// when GOMAXPROCS allows more than one stripe.
+func (h *History) contended() {
+	if h.stripeMask != 0 && h.spread.Load() == 0 {
+		h.spread.Store(1)
+	}
+}
+
+// stripe is the stripe a writer counts in: 0 until writers have been seen
+// to contend (spread), then the caller's P.
+func (h *History) stripe() int {
+	if h.spread.Load() == 0 {
+		return 0
+	}
+	return ring.Stripe(h.stripeMask)
 }
 
 // add places one observation of s into the bucket at slot (tag), in its
@@ -283,7 +358,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 // counted.
 func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
 	sh := &h.shared[slot]
-	b := h.block(slot, ring.Stripe(h.stripeMask))
+	b := h.block(slot, h.stripe())
 	i, ok := h.cell(sh, tag, s, true)
 	if i >= 0 {
 		return i, h.bump(&b.cells[i], tag)
@@ -302,9 +377,11 @@ func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
 // bump adds one to the sized counter w for tag: one CAS when w already
 // belongs to tag, else the lazy clear of ring.Add.
 func (h *History) bump(w *atomic.Uint64, tag uint64) bool {
-	old := w.Load()
-	if old>>ring.ValueBits == tag && w.CompareAndSwap(old, old+1) {
-		return true
+	if old := w.Load(); old>>ring.ValueBits == tag {
+		if w.CompareAndSwap(old, old+1) {
+			return true
+		}
+		h.contended()
 	}
 	return h.bumpSlow(w, tag)
 }
