@@ -72,6 +72,15 @@ func matchWord(c, bw uint64) uint64 {
 	return ^((x&lowBytes + lowBytes) | x | lowBytes)
 }
 
+// matchFirst is matchWord in fewer steps, exact up to its lowest set
+// byte: a byte above a matching one may be reported too (a borrow), never
+// one below, and none when nothing matches. Record's fast path takes its
+// lowest candidate from it and leaves two or more to the general path.
+func matchFirst(c, bw uint64) uint64 {
+	x := c ^ bw
+	return (x - lsbBytes) &^ x & msbBytes
+}
+
 // findKey returns the cell of group g (control word c) whose byte
 // matches the fingerprint broadcast in fpw and whose key is want, or -1.
 func (sh *slotShared) findKey(c, fpw uint64, g uint, want uint64) int {
@@ -219,12 +228,17 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	// start is >= 0); before the first claim (None) the retention test
 	// fails. a|b exceeds MaxTokens (all ones) when either does,
 	// negatives included.
+	st := 0 // the stripe: 0 until writers contend (see spread)
+	if h.spread.Load() != 0 {
+		st = ring.ProcPin() & h.stripeMask // ring.Stripe, by hand: two calls instead of three
+		ring.ProcUnpin()
+	}
 	e := r.Claimed()
 	w := r.WidthNs()
 	if uint64(tsNs-e*w) >= uint64(w) || e < r.NewestFast()-r.Keep() {
 		return h.record(tsNs, s)
 	}
-	if uint64(s.Input)|uint64(s.Output) > MaxTokens || h.spread.Load() != 0 {
+	if uint64(s.Input)|uint64(s.Output) > MaxTokens {
 		return h.record(tsNs, s)
 	}
 	sh := &h.shared[r.Slot(e)]
@@ -234,22 +248,23 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	want := keyOf(ring.TagOf(e), s)
 	// The shape's window: two groups of eight cells, one control byte
 	// each. Its cell, if it has one, is a cell of the window whose byte
-	// matches its fingerprint and whose key is the shape's. The first
-	// candidate of each group is read without a branch (no candidate
-	// gives a cell outside the window, whose key cannot be the shape's);
-	// more candidates, or no cell and a free byte in the window (a
-	// claim), go to the general path; no cell in a full window (the
-	// steady state of a busy bucket) is the overflow.
+	// matches its fingerprint and whose key is the shape's. The key of
+	// the first candidate of each group is read without a branch (with
+	// no candidate, that of the group's last cell: a key equal to the
+	// shape's is its cell whatever the byte says); more candidates, or
+	// no cell and a free byte in the window (a claim), go to the general
+	// path; no cell in a full window (the steady state of a busy bucket)
+	// is the overflow.
 	fpw := lsbBytes * fingerprint(hash)
 	g := uint(hash >> 60)
 	g1 := (g + 1) % groups
 	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[g1].Load()
-	m0, m1 := matchWord(c0, fpw), matchWord(c1, fpw)
-	j0 := (g*groupCells + uint(bits.TrailingZeros64(m0))/8) % ExactCells
-	j1 := (g1*groupCells + uint(bits.TrailingZeros64(m1))/8) % ExactCells
+	m0, m1 := matchFirst(c0, fpw), matchFirst(c1, fpw)
+	j0 := (g*groupCells + uint(bits.TrailingZeros64(m0|1<<63))/8) % ExactCells
+	j1 := (g1*groupCells + uint(bits.TrailingZeros64(m1|1<<63))/8) % ExactCells
 	k0, k1 := sh.keys[j0].Load(), sh.keys[j1].Load()
 	tagHi := want &^ ring.ValueMask // the bucket's tag in place
-	b := &sh.blocks[0]              // uncontended: stripe 0 (see spread)
+	b := &sh.blocks[st]
 	var c *atomic.Uint64
 	evidence := false
 	switch {
@@ -258,7 +273,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	case k1 == want:
 		c = &b.cells[j1]
 	case m0&(m0-1)|m1&(m1-1) != 0 || (^c0|^c1)&msbBytes != 0:
-		return h.recordAgain(e, want)
+		return h.recordIn(sh, b, e, want)
 	default:
 		c = &b.overflow
 		// The overflow cohort's price: its maxima and zero-output
@@ -280,9 +295,10 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	// one that runs after takes this count with the rest. Hence the
 	// zero word (tag 0, value 0) goes to the general path too.
 	if old := c.Load(); old&^ring.ValueMask != tagHi || old == 0 {
-		return h.recordAgain(e, want) // a stale or empty word: the lazy clear
+		return h.recordIn(sh, b, e, want) // a stale or empty word: the lazy clear
 	} else if !c.CompareAndSwap(old, old+1) {
-		return h.recordContended(e, want)
+		h.contended()
+		return h.recordIn(sh, b, e, want)
 	}
 	if evidence {
 		return h.overflowEvidence(sh, e, want)
@@ -307,19 +323,17 @@ func (h *History) record(tsNs int64, s Shape) bool {
 	return true
 }
 
-// recordAgain is record for the fast path's way out after the checks: it
-// holds the bucket e (retained, claimed) and the key rather than the
-// timestamp and the shape; the start of e is in the same bucket.
-func (h *History) recordAgain(e int64, key uint64) bool {
-	return h.record(e*h.r.WidthNs(), keyShape(key))
-}
-
-// recordContended is recordAgain after the fast path lost its
-// compare-and-swap to another writer: from then on, writers spread over
-// the per-P stripes.
-func (h *History) recordContended(e int64, key uint64) bool {
-	h.contended()
-	return h.recordAgain(e, key)
+// recordIn is Record's way out once the bucket e is known (retained and
+// claimed at the fast path's check; if it expires meanwhile, AfterWrite
+// drains what this record wrote, as for any writer in flight): the full
+// lookup of the shape's key, claiming a cell, the lazy clear, in block b
+// of the bucket's slot sh.
+func (h *History) recordIn(sh *slotShared, b *stripeBlock, e int64, key uint64) bool {
+	if _, ok := h.addIn(sh, b, ring.TagOf(e), keyShape(key)); !ok {
+		return false
+	}
+	h.r.AfterWrite(e, h)
+	return true
 }
 
 // overflowEvidence finishes a fast-path overflow record (bucket e, key)
@@ -357,8 +371,11 @@ func (h *History) stripe() int {
 // ok false: the slot was reused by a newer epoch before anything was
 // counted.
 func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
-	sh := &h.shared[slot]
-	b := h.block(slot, h.stripe())
+	return h.addIn(&h.shared[slot], h.block(slot, h.stripe()), tag, s)
+}
+
+// addIn is add into slot sh, counting in its block b.
+func (h *History) addIn(sh *slotShared, b *stripeBlock, tag uint64, s Shape) (int, bool) {
 	i, ok := h.cell(sh, tag, s, true)
 	if i >= 0 {
 		return i, h.bump(&b.cells[i], tag)

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // stripeCounts sums the sized counters of every retained bucket per stripe.
@@ -70,15 +71,24 @@ func TestContendedWritersSpreadOverStripes(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	h := mustHistory(t, sec, 60*sec)
 	var wg sync.WaitGroup
-	const writers, n = 4, 200000
+	const writers = 4
 	var recorded [writers]int64
+	// until a swap is lost (a writer preempted between its load and its
+	// swap while another counts is enough), then as long again
+	deadline := time.Now().Add(10 * time.Second)
 	for g := 0; g < writers; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < n && (h.spread.Load() == 0 || i < n/10); i++ {
+			after := 0
+			for i := 0; after < 100000; i++ {
 				if h.Record(at(1), Shape{Input: 100, Output: 10}) {
 					recorded[g]++
+				}
+				if h.spread.Load() != 0 {
+					after++
+				} else if i%1024 == 0 && time.Now().After(deadline) {
+					return
 				}
 			}
 		}()
