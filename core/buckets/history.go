@@ -265,17 +265,22 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	k0, k1 := sh.keys[j0].Load(), sh.keys[j1].Load()
 	tagHi := want &^ ring.ValueMask // the bucket's tag in place
 	b := &sh.blocks[st]
+	// the overflow's count, read early: it is the common case's word
+	ovf := b.overflow.Load()
 	var c *atomic.Uint64
+	var old uint64
 	evidence := false
 	switch {
 	case k0 == want:
 		c = &b.cells[j0]
+		old = c.Load()
 	case k1 == want:
 		c = &b.cells[j1]
+		old = c.Load()
 	case m0&(m0-1)|m1&(m1-1) != 0 || (^c0|^c1)&msbBytes != 0:
 		return h.recordIn(sh, b, e, want)
 	default:
-		c = &b.overflow
+		c, old = &b.overflow, ovf
 		// The overflow cohort's price: its maxima and zero-output
 		// mark, written (after the count) only when this observation
 		// raises or meets them. Maxima never fall within a bucket, so
@@ -294,7 +299,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	// that ran between the load and the swap made the swap fail, and
 	// one that runs after takes this count with the rest. Hence the
 	// zero word (tag 0, value 0) goes to the general path too.
-	if old := c.Load(); old&^ring.ValueMask != tagHi || old == 0 {
+	if old&^ring.ValueMask != tagHi || old == 0 {
 		return h.recordIn(sh, b, e, want) // a stale or empty word: the lazy clear
 	} else if !c.CompareAndSwap(old, old+1) {
 		h.contended()
