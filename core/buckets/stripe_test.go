@@ -113,3 +113,48 @@ func TestContendedWritersSpreadOverStripes(t *testing.T) {
 		t.Fatal("a history with one stripe was spread")
 	}
 }
+
+// TestRecordWithAStaleCurrentSlotCountsInItsBucket: Record's fast path
+// reads the newest claimed bucket and its slot from two words written
+// apart; paired with another bucket's slot (as a racing writer may leave
+// them) a record still counts in its own bucket, exactly once, and the
+// pair is mended.
+func TestRecordWithAStaleCurrentSlotCountsInItsBucket(t *testing.T) {
+	h := mustHistory(t, sec, 60*sec)
+	full := func(ts int64) { // a bucket whose shape windows are full
+		for i := 0; i < 600; i++ {
+			if !h.Record(ts, Shape{Input: int64(1000 + i), Output: 7}) {
+				t.Fatalf("record %d refused", i)
+			}
+		}
+	}
+	full(at(10))
+	full(at(11))
+	right := h.cur.Load()
+	if right != &h.shared[h.r.Slot(h.r.Claimed())] {
+		t.Fatal("cur is not the newest claimed bucket's slot")
+	}
+	wrong := &h.shared[h.r.Slot(h.r.Claimed()-1)] // bucket 10's slot, full too
+	_, before := h.Window(at(11), at(11), nil)
+	_, beforeOld := h.Window(at(10), at(10), nil)
+	h.cur.Store(wrong)
+	const n = 50
+	for i := 0; i < n; i++ {
+		// overflow shapes, and one that has a cell in bucket 11
+		s := Shape{Input: int64(5000 + i), Output: 3}
+		if i%2 == 0 {
+			s = Shape{Input: 1000, Output: 7}
+		}
+		if !h.Record(at(11.5), s) {
+			t.Fatalf("record %d refused", i)
+		}
+	}
+	_, after := h.Window(at(11), at(11), nil)
+	_, afterOld := h.Window(at(10), at(10), nil)
+	if after.Count()-before.Count() != n || afterOld.Count() != beforeOld.Count() {
+		t.Fatalf("bucket 11 gained %d (want %d), bucket 10 %d (want 0)", after.Count()-before.Count(), n, afterOld.Count()-beforeOld.Count())
+	}
+	if h.cur.Load() != right {
+		t.Fatal("the stale slot was not mended")
+	}
+}
