@@ -107,11 +107,13 @@
 //
 // Record's fast path (a timestamp in the newest claimed bucket, the shape
 // in its cell or a full window sending it to the overflow) reads the
-// bucket from ring.Ring.Claimed (no division, no slot lookup), the shape's
-// two control words and its first candidate key in each group, and counts
+// bucket from ring.Ring.Claimed and its slot from the history's cur (no
+// division, no slot lookup; a pair of the two that disagree never counts,
+// since every word of another slot carries another tag), the shape's two
+// control words, the key of its first candidate in each group, and counts
 // with one compare-and-swap on a live word of the bucket; everything else
 // (a new bucket, a claim, more candidates, a stale word, a lost swap)
-// starts over on the general path. It needs no straggler drain after the
+// leaves for the general path, the fast path having changed nothing. It needs no straggler drain after the
 // swap: a drain of the bucket before the load leaves the word empty or
 // newer, one between the load and the swap makes the swap fail, one after
 // it takes the count. The empty word of tag 0 looks live, so the fast path

@@ -222,12 +222,14 @@ func (h *History) block(slot, stripe int) *stripeBlock {
 // ahead (see the package documentation).
 //
 // This is the router's per-request cost, so the common case (a timestamp
-// in the newest bucket, whose slot is claimed; the shape in its cell or a
-// full window sending it to the overflow) is written out here with no
-// calls: every other case starts over in record, which has not been
-// touched by then (the fast path changes nothing before its one
-// compare-and-swap). Keeping calls off the fast path keeps its values in
-// registers (no spills to the stack before the locked instruction).
+// in the newest claimed bucket; the shape in its cell, or a full window
+// sending it to the overflow) is written out here with no calls before
+// its one compare-and-swap: every other case leaves for the general path
+// (record, or recordIn once the bucket is known), the fast path having
+// changed nothing. What the swap waits on was measured to be the cost
+// (benchmarks/README.md): the chain slot -> control word -> candidate key
+// is kept short, the overflow's count is read before the decision, and
+// nothing but the rare evidence write follows the swap.
 func (h *History) Record(tsNs int64, s Shape) bool {
 	r := &h.r
 	// The newest claimed bucket, while retained, holds its slot (see
@@ -313,7 +315,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 		h.contended()
 		return h.recordIn(e, want, st)
 	}
-	if evidence {
+	if evidence { // sh is e's slot: the swap found e's tag there
 		return h.overflowEvidence(sh, e, want)
 	}
 	return true
@@ -340,8 +342,8 @@ func (h *History) record(tsNs int64, s Shape) bool {
 // recordIn is Record's way out once the bucket e is known (retained and
 // claimed at the fast path's check; if it expires meanwhile, AfterWrite
 // drains what this record wrote, as for any writer in flight): the full
-// lookup of the shape's key, claiming a cell, the lazy clear, in block b
-// of the bucket's slot sh.
+// lookup of the shape's key, claiming a cell, the lazy clear, in stripe st
+// of the bucket's own slot (not the fast path's, which may be stale).
 func (h *History) recordIn(e int64, key uint64, st int) bool {
 	sh := h.curSlot(e)
 	if _, ok := h.addIn(sh, &sh.blocks[st], ring.TagOf(e), keyShape(key)); !ok {
