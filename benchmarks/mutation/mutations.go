@@ -82,7 +82,7 @@ var mutations = []mutation{
 	{Name: "overflow-dropped", Rule: "one overflow cohort; overflow retains every request count",
 		What: "observations that find no exact cell are dropped",
 		Eds: []edit{
-			{"core/buckets/history.go", "\tdefault:\n\t\tc = &b.overflow\n", "\tdefault:\n\t\treturn true\n"},
+			{"core/buckets/history.go", "\tdefault:\n\t\tc, old = &b.overflow, ovf\n", "\tdefault:\n\t\t_ = ovf\n\t\treturn true\n"},
 			{"core/buckets/history.go", "\tif !ok || !h.bump(&b.overflow, tag) {\n\t\treturn -1, false\n\t}", "\tif true {\n\t\treturn -1, ok\n\t}"},
 		}},
 	{Name: "overflow-cohorts-not-merged", Rule: "one overflow cohort; overflow retains every request count",
