@@ -125,11 +125,21 @@ type slotShared struct {
 	maxIn  atomic.Uint64
 	maxOut atomic.Uint64
 	meta   atomic.Uint64
-	// blocks is this slot's stripes (a window of History.stripes, set
-	// once): the record reaches its stripe from the slot it already
-	// holds, one load instead of the history's shift and bounds.
-	blocks []stripeBlock
-	_      [10]uint64
+	// more is this slot's stripes after the first (a window of
+	// History.stripes, set once); the first, where every record counts
+	// until writers contend, lives in the slot itself (b0), at a fixed
+	// offset from the slot the fast path holds. See block.
+	more []stripeBlock
+	_    [10]uint64
+	b0   stripeBlock
+}
+
+// block is the slot's stripe st.
+func (sh *slotShared) block(st int) *stripeBlock {
+	if st == 0 {
+		return &sh.b0
+	}
+	return &sh.more[st-1]
 }
 
 // stripeBlock holds one stripe's counters of one slot; stripes of a slot are
@@ -147,7 +157,7 @@ type stripeBlock struct {
 type History struct {
 	r          ring.Ring
 	shared     []slotShared
-	stripes    []stripeBlock // backing store of every slot's blocks (slotShared.blocks)
+	stripes    []stripeBlock // backing store of every slot's stripes after the first (slotShared.more)
 	stripeMask int
 	// spread is set (for good) once two writers have raced on one
 	// counter: until then every writer counts in stripe 0 and pays no
@@ -175,9 +185,10 @@ func NewHistory(widthNs, retentionNs int64) (*History, error) {
 	_, h.stripeMask = ring.StripeLayout()
 	n := h.stripeMask + 1
 	h.shared = make([]slotShared, h.r.Slots())
-	h.stripes = make([]stripeBlock, h.r.Slots()*n)
+	m := n - 1
+	h.stripes = make([]stripeBlock, h.r.Slots()*m)
 	for i := range h.shared {
-		h.shared[i].blocks = h.stripes[i*n : (i+1)*n : (i+1)*n]
+		h.shared[i].more = h.stripes[i*m : (i+1)*m : (i+1)*m]
 	}
 	h.cur.Store(&h.shared[0])
 	return h, nil
@@ -213,7 +224,7 @@ func validShape(s Shape) bool {
 }
 
 func (h *History) block(slot, stripe int) *stripeBlock {
-	return &h.shared[slot].blocks[stripe]
+	return h.shared[slot].block(stripe)
 }
 
 // Record counts one sized observation at tsNs. It returns false, and
@@ -274,7 +285,7 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	j1 := (g1*groupCells + uint(bits.TrailingZeros64(m1|1<<63))/8) % ExactCells
 	k0, k1 := sh.keys[j0].Load(), sh.keys[j1].Load()
 	tagHi := want &^ ring.ValueMask // the bucket's tag in place
-	b := &sh.blocks[st]
+	b := sh.block(st)
 	// the overflow's count, read early: it is the common case's word
 	ovf := b.overflow.Load()
 	var c *atomic.Uint64
@@ -332,7 +343,7 @@ func (h *History) record(tsNs int64, s Shape) bool {
 		return false
 	}
 	sh := h.curSlot(e)
-	if _, ok := h.addIn(sh, &sh.blocks[h.stripe()], ring.TagOf(e), s); !ok {
+	if _, ok := h.addIn(sh, sh.block(h.stripe()), ring.TagOf(e), s); !ok {
 		return false
 	}
 	h.r.AfterWrite(e, h)
@@ -346,7 +357,7 @@ func (h *History) record(tsNs int64, s Shape) bool {
 // of the bucket's own slot (not the fast path's, which may be stale).
 func (h *History) recordIn(e int64, key uint64, st int) bool {
 	sh := h.curSlot(e)
-	if _, ok := h.addIn(sh, &sh.blocks[st], ring.TagOf(e), keyShape(key)); !ok {
+	if _, ok := h.addIn(sh, sh.block(st), ring.TagOf(e), keyShape(key)); !ok {
 		return false
 	}
 	h.r.AfterWrite(e, h)
