@@ -130,7 +130,7 @@ type slotShared struct {
 	// until writers contend, lives in the slot itself (b0), at a fixed
 	// offset from the slot the fast path holds. See block.
 	more []stripeBlock
-	_    [10]uint64
+	_    [10]uint64 // the shared words fill 1280 bytes: b0 starts a line
 	b0   stripeBlock
 }
 
