@@ -81,7 +81,10 @@ var mutations = []mutation{
 		Eds:  []edit{{"core/buckets/types.go", "const ExactCells = 128", "const ExactCells = 256"}}},
 	{Name: "overflow-dropped", Rule: "one overflow cohort; overflow retains every request count",
 		What: "observations that find no exact cell are dropped",
-		Eds:  []edit{{"core/buckets/history.go", "\tdefault:\n\t\tc = &b.overflow\n\t}", "\tdefault:\n\t\treturn true\n\t}"}}},
+		Eds: []edit{
+			{"core/buckets/history.go", "\tdefault:\n\t\tc, old = &b.overflow, ovf\n", "\tdefault:\n\t\t_ = ovf\n\t\treturn true\n"},
+			{"core/buckets/history.go", "\tif !ok || !h.bump(&b.overflow, tag) {\n\t\treturn -1, false\n\t}", "\tif true {\n\t\treturn -1, ok\n\t}"},
+		}},
 	{Name: "overflow-cohorts-not-merged", Rule: "one overflow cohort; overflow retains every request count",
 		What: "a window keeps only its last bucket's cohort",
 		Eds:  []edit{{"core/buckets/query.go", "\t\twin.Exact += b.exact\n\t\tmergeCohort(&win.Overflow, b.overflow)", "\t\twin.Exact += b.exact\n\t\tif b.overflow.Count > 0 {\n\t\t\twin.Overflow = b.overflow\n\t\t}"}}},

@@ -87,7 +87,11 @@
 // # Concurrency
 //
 // Every method is safe for concurrent use. Writers never block each other
-// or readers. Counts are striped per P (ring.Stripe) and summed on read.
+// or readers. A History counts in one stripe until two writers have been
+// seen to race on a counter (a lost compare-and-swap); from then on, for
+// good, each writer counts in its P's stripe (ring.Stripe) and reads sum
+// the stripes (LongAdder's rule: a router recording from one goroutine at
+// a time never pays for the P lookup).
 // A reader running alongside writers sees each counter at some instant:
 // it may miss an observation still in flight, see a repriced observation
 // missing (the count leaves its old cell before it reaches its new one;
@@ -99,8 +103,21 @@
 // kept exact at rest: a writer sets a cell's byte right after claiming its
 // key, a drain clears the byte before the key and gives it back if a newer
 // epoch took the key meanwhile, and a lookup that finds a live key behind a
-// free byte repairs it. Records whose timestamps fall in the newest bucket
-// skip the division (one load and a compare).
+// free byte repairs it.
+//
+// Record's fast path (a timestamp in the newest claimed bucket, the shape
+// in its cell or a full window sending it to the overflow) reads the
+// bucket from ring.Ring.Claimed and its slot from the history's cur (no
+// division, no slot lookup; a pair of the two that disagree never counts,
+// since every word of another slot carries another tag), the shape's two
+// control words, the key of its first candidate in each group, and counts
+// with one compare-and-swap on a live word of the bucket; everything else
+// (a new bucket, a claim, more candidates, a stale word, a lost swap)
+// leaves for the general path, the fast path having changed nothing. It needs no straggler drain after the
+// swap: a drain of the bucket before the load leaves the word empty or
+// newer, one between the load and the swap makes the swap fail, one after
+// it takes the count. The empty word of tag 0 looks live, so the fast path
+// leaves zero words to the general path.
 //
 // # Allocation
 //

@@ -72,6 +72,15 @@ func matchWord(c, bw uint64) uint64 {
 	return ^((x&lowBytes + lowBytes) | x | lowBytes)
 }
 
+// matchFirst is matchWord in fewer steps, exact up to its lowest set
+// byte: a byte above a matching one may be reported too (a borrow), never
+// one below, and none when nothing matches. Record's fast path takes its
+// lowest candidate from it and leaves two or more to the general path.
+func matchFirst(c, bw uint64) uint64 {
+	x := c ^ bw
+	return (x - lsbBytes) &^ x & msbBytes
+}
+
 // findKey returns the cell of group g (control word c) whose byte
 // matches the fingerprint broadcast in fpw and whose key is want, or -1.
 func (sh *slotShared) findKey(c, fpw uint64, g uint, want uint64) int {
@@ -116,11 +125,21 @@ type slotShared struct {
 	maxIn  atomic.Uint64
 	maxOut atomic.Uint64
 	meta   atomic.Uint64
-	// blocks is this slot's stripes (a window of History.stripes, set
-	// once): the record reaches its stripe from the slot it already
-	// holds, one load instead of the history's shift and bounds.
-	blocks []stripeBlock
-	_      [10]uint64
+	// more is this slot's stripes after the first (a window of
+	// History.stripes, set once); the first, where every record counts
+	// until writers contend, lives in the slot itself (b0), at a fixed
+	// offset from the slot the fast path holds. See block.
+	more []stripeBlock
+	_    [10]uint64 // the shared words fill 1280 bytes: b0 starts a line
+	b0   stripeBlock
+}
+
+// block is the slot's stripe st.
+func (sh *slotShared) block(st int) *stripeBlock {
+	if st == 0 {
+		return &sh.b0
+	}
+	return &sh.more[st-1]
 }
 
 // stripeBlock holds one stripe's counters of one slot; stripes of a slot are
@@ -138,8 +157,20 @@ type stripeBlock struct {
 type History struct {
 	r          ring.Ring
 	shared     []slotShared
-	stripes    []stripeBlock // backing store of every slot's blocks (slotShared.blocks)
+	stripes    []stripeBlock // backing store of every slot's stripes after the first (slotShared.more)
 	stripeMask int
+	// spread is set (for good) once two writers have raced on one
+	// counter: until then every writer counts in stripe 0 and pays no
+	// per-P lookup (a router with one recording goroutine never does),
+	// after it each counts in its P's stripe (LongAdder's rule).
+	spread atomic.Uint32
+	// cur is the slot of the newest claimed bucket (ring.Ring.Claimed),
+	// kept beside it for Record's fast path, which reaches it with one
+	// load instead of the slot arithmetic. The two are written apart, so
+	// the fast path may pair a bucket with another bucket's slot: every
+	// word there carries another tag (slots divide the tag space), so it
+	// never counts there, and its ways out find the slot from the bucket.
+	cur        atomic.Pointer[slotShared]
 	expSized   atomic.Int64
 	expUnsized atomic.Int64
 }
@@ -154,10 +185,12 @@ func NewHistory(widthNs, retentionNs int64) (*History, error) {
 	_, h.stripeMask = ring.StripeLayout()
 	n := h.stripeMask + 1
 	h.shared = make([]slotShared, h.r.Slots())
-	h.stripes = make([]stripeBlock, h.r.Slots()*n)
+	m := n - 1
+	h.stripes = make([]stripeBlock, h.r.Slots()*m)
 	for i := range h.shared {
-		h.shared[i].blocks = h.stripes[i*n : (i+1)*n : (i+1)*n]
+		h.shared[i].more = h.stripes[i*m : (i+1)*m : (i+1)*m]
 	}
+	h.cur.Store(&h.shared[0])
 	return h, nil
 }
 
@@ -191,90 +224,184 @@ func validShape(s Shape) bool {
 }
 
 func (h *History) block(slot, stripe int) *stripeBlock {
-	return &h.shared[slot].blocks[stripe]
+	return h.shared[slot].block(stripe)
 }
 
 // Record counts one sized observation at tsNs. It returns false, and
 // changes nothing, for a negative timestamp, a shape outside
 // [0, MaxTokens], a timestamp whose bucket has expired, or one too far
 // ahead (see the package documentation).
+//
+// This is the router's per-request cost, so the common case (a timestamp
+// in the newest claimed bucket; the shape in its cell, or a full window
+// sending it to the overflow) is written out here with no calls before
+// its one compare-and-swap: every other case leaves for the general path
+// (record, or recordIn once the bucket is known), the fast path having
+// changed nothing. What the swap waits on was measured to be the cost
+// (benchmarks/README.md): the chain slot -> control word -> candidate key
+// is kept short, the overflow's count is read before the decision, and
+// nothing but the rare evidence write follows the swap.
 func (h *History) Record(tsNs int64, s Shape) bool {
-	if tsNs < 0 || !validShape(s) {
-		return false
-	}
-	// The ring's fast paths, inlined by hand: this is the router's per
-	// request cost.
 	r := &h.r
-	e := r.NewestFast()
-	w := r.WidthNs()
-	if e == ring.None || uint64(tsNs-e*w) >= uint64(w) {
-		var ok bool
-		if e, ok = r.AdmitSlow(tsNs, h); !ok {
-			return false
-		}
-	}
-	if !r.Holds(e) && !r.Claim(e, h) {
-		return false
-	}
-	slot := r.Slot(e)
-	tag := ring.TagOf(e)
-	sh := &h.shared[slot]
-	st := 0
-	if h.stripeMask != 0 { // ring.Stripe, inlined: two calls instead of three
-		st = ring.ProcPin() & h.stripeMask
+	// The newest claimed bucket, while retained, holds its slot (see
+	// ring.Ring.Claimed): a timestamp in it needs neither the admission
+	// nor the slot's check. A negative timestamp falls outside it (its
+	// start is >= 0); before the first claim (None) the retention test
+	// fails. a|b exceeds MaxTokens (all ones) when either does,
+	// negatives included.
+	st := 0 // the stripe: 0 until writers contend (see spread)
+	if h.spread.Load() != 0 {
+		st = ring.ProcPin() & h.stripeMask // ring.Stripe, by hand: two calls instead of three
 		ring.ProcUnpin()
 	}
-	b := &sh.blocks[st]
-	// The shape's window, two groups of control bytes. When the window is
-	// full (every byte set: the steady state of a busy bucket) the shape
-	// is either in a cell whose byte matches its fingerprint or in the
-	// overflow, and both are decided here from the candidates' keys; a
-	// window with a free cell goes to cell, which may claim it.
+	e := r.Claimed()
+	w := r.WidthNs()
+	if uint64(tsNs-e*w) >= uint64(w) || e < r.NewestFast()-r.Keep() {
+		return h.record(tsNs, s)
+	}
+	if uint64(s.Input)|uint64(s.Output) > MaxTokens {
+		return h.record(tsNs, s)
+	}
+	sh := h.cur.Load()
 	hash := shapeHash(s)
-	fp := fingerprint(hash)
+	// From here on the key stands for the shape and the bucket for the
+	// timestamp (fewer live values, no spills).
+	want := keyOf(ring.TagOf(e), s)
+	// The shape's window: two groups of eight cells, one control byte
+	// each. Its cell, if it has one, is a cell of the window whose byte
+	// matches its fingerprint and whose key is the shape's. The key of
+	// the first candidate of each group is read without a branch (with
+	// no candidate, that of the group's last cell: a key equal to the
+	// shape's is its cell whatever the byte says); more candidates, or
+	// no cell and a free byte in the window (a claim), go to the general
+	// path; no cell in a full window (the steady state of a busy bucket)
+	// is the overflow.
+	fpw := lsbBytes * fingerprint(hash)
 	g := uint(hash >> 60)
 	g1 := (g + 1) % groups
 	c0, c1 := sh.ctrl[g].Load(), sh.ctrl[g1].Load()
-	want := keyOf(tag, s)
-	ok := true
-	fpw := lsbBytes * fp
-	i := sh.findKey(c0, fpw, g, want)
-	if i < 0 {
-		if (^c0|^c1)&msbBytes != 0 {
-			i, ok = h.cell(sh, tag, s, true)
-		} else {
-			i = sh.findKey(c1, fpw, g1, want)
-		}
-	}
+	m0, m1 := matchFirst(c0, fpw), matchFirst(c1, fpw)
+	j0 := (g*groupCells + uint(bits.TrailingZeros64(m0|1<<63))/8) % ExactCells
+	j1 := (g1*groupCells + uint(bits.TrailingZeros64(m1|1<<63))/8) % ExactCells
+	k0, k1 := sh.keys[j0].Load(), sh.keys[j1].Load()
+	tagHi := want &^ ring.ValueMask // the bucket's tag in place
+	b := sh.block(st)
+	// the overflow's count, read early: it is the common case's word
+	ovf := b.overflow.Load()
 	var c *atomic.Uint64
+	var old uint64
+	evidence := false
 	switch {
-	case i >= 0:
-		c = &b.cells[uint(i)%ExactCells] // i < ExactCells: no bounds check
-	case !ok:
-		return false
+	case k0 == want:
+		c = &b.cells[j0]
+		old = c.Load()
+	case k1 == want:
+		c = &b.cells[j1]
+		old = c.Load()
+	case m0&(m0-1)|m1&(m1-1) != 0 || (^c0|^c1)&msbBytes != 0:
+		return h.recordIn(e, want, st)
 	default:
-		c = &b.overflow
+		c, old = &b.overflow, ovf
+		// The overflow cohort's price: its maxima and zero-output
+		// mark, written (after the count) only when this observation
+		// raises or meets them. Maxima never fall within a bucket, so
+		// reading them before the count decides as well as after. A
+		// maximum word of this bucket whose maximum exceeds v lies in
+		// [tagHi + (v+1)<<atMaxBits, tagHi + 1<<ValueBits): one
+		// unsigned range test each (it wraps at the last tag).
+		in, out := want>>24&MaxTokens, want&MaxTokens
+		end := tagHi + 1<<ring.ValueBits
+		loIn, loOut := tagHi+(in+1)<<atMaxBits, tagHi+(out+1)<<atMaxBits
+		evidence = sh.maxIn.Load()-loIn >= end-loIn || sh.maxOut.Load()-loOut >= end-loOut || out == 0
 	}
-	if old := c.Load(); old>>ring.ValueBits != tag || !c.CompareAndSwap(old, old+1) {
-		if !h.bumpSlow(c, tag) {
-			return false
-		}
+	// One compare-and-swap on a live word of the bucket. No straggler
+	// drain is needed after it (unlike ring.Ring.AfterWrite): a drain of
+	// the bucket that ran before the load left the word 0 or newer, one
+	// that ran between the load and the swap made the swap fail, and
+	// one that runs after takes this count with the rest. Hence the
+	// zero word (tag 0, value 0) goes to the general path too.
+	if old&^ring.ValueMask != tagHi || old == 0 {
+		return h.recordIn(e, want, st) // a stale or empty word: the lazy clear
+	} else if !c.CompareAndSwap(old, old+1) {
+		h.contended()
+		return h.recordIn(e, want, st)
 	}
-	if i < 0 {
-		if old := sh.maxIn.Load(); old>>ring.ValueBits != tag || uint64(s.Input) >= ring.WordValue(old)>>atMaxBits {
-			raiseMaxSlow(&sh.maxIn, tag, uint64(s.Input))
-		}
-		if old := sh.maxOut.Load(); old>>ring.ValueBits != tag || uint64(s.Output) >= ring.WordValue(old)>>atMaxBits {
-			raiseMaxSlow(&sh.maxOut, tag, uint64(s.Output))
-		}
-		if s.Output == 0 {
-			addMeta(&sh.meta, tag, 1, metaZeroSeen)
-		}
-	}
-	if e < r.NewestFast()-r.Keep() {
-		r.DrainStraggler(e, h)
+	if evidence { // sh is e's slot: the swap found e's tag there
+		return h.overflowEvidence(sh, e, want)
 	}
 	return true
+}
+
+// record is Record's general path: admitting a new bucket, claiming a
+// slot, a free cell, a stale word, or several writers at once.
+func (h *History) record(tsNs int64, s Shape) bool {
+	if tsNs < 0 || !validShape(s) {
+		return false
+	}
+	e, ok := h.r.AdmitTs(tsNs, h)
+	if !ok || !h.r.Claim(e, h) {
+		return false
+	}
+	sh := h.curSlot(e)
+	if _, ok := h.addIn(sh, sh.block(h.stripe()), ring.TagOf(e), s); !ok {
+		return false
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// recordIn is Record's way out once the bucket e is known (retained and
+// claimed at the fast path's check; if it expires meanwhile, AfterWrite
+// drains what this record wrote, as for any writer in flight): the full
+// lookup of the shape's key, claiming a cell, the lazy clear, in stripe st
+// of the bucket's own slot (not the fast path's, which may be stale).
+func (h *History) recordIn(e int64, key uint64, st int) bool {
+	sh := h.curSlot(e)
+	if _, ok := h.addIn(sh, sh.block(st), ring.TagOf(e), keyShape(key)); !ok {
+		return false
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// curSlot returns the slot of the claimed bucket e, and makes it cur when e
+// is the newest claimed bucket.
+func (h *History) curSlot(e int64) *slotShared {
+	sh := &h.shared[h.r.Slot(e)]
+	if e == h.r.Claimed() && h.cur.Load() != sh {
+		h.cur.Store(sh)
+	}
+	return sh
+}
+
+// overflowEvidence finishes a fast-path overflow record (bucket e, key)
+// whose shape raises or meets the cohort's maxima or has output 0.
+func (h *History) overflowEvidence(sh *slotShared, e int64, key uint64) bool {
+	tag, s := ring.TagOf(e), keyShape(key)
+	raiseMax(&sh.maxIn, tag, uint64(s.Input))
+	raiseMax(&sh.maxOut, tag, uint64(s.Output))
+	if s.Output == 0 {
+		addMeta(&sh.meta, tag, 1, metaZeroSeen)
+	}
+	h.r.AfterWrite(e, h)
+	return true
+}
+
+// contended switches the history to striped counting (once, for good)
+// when GOMAXPROCS allows more than one stripe.
+func (h *History) contended() {
+	if h.stripeMask != 0 && h.spread.Load() == 0 {
+		h.spread.Store(1)
+	}
+}
+
+// stripe is the stripe a writer counts in: 0 until writers have been seen
+// to contend (spread), then the caller's P.
+func (h *History) stripe() int {
+	if h.spread.Load() == 0 {
+		return 0
+	}
+	return ring.Stripe(h.stripeMask)
 }
 
 // add places one observation of s into the bucket at slot (tag), in its
@@ -282,8 +409,11 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 // ok false: the slot was reused by a newer epoch before anything was
 // counted.
 func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
-	sh := &h.shared[slot]
-	b := h.block(slot, ring.Stripe(h.stripeMask))
+	return h.addIn(&h.shared[slot], h.block(slot, h.stripe()), tag, s)
+}
+
+// addIn is add into slot sh, counting in its block b.
+func (h *History) addIn(sh *slotShared, b *stripeBlock, tag uint64, s Shape) (int, bool) {
 	i, ok := h.cell(sh, tag, s, true)
 	if i >= 0 {
 		return i, h.bump(&b.cells[i], tag)
@@ -302,9 +432,11 @@ func (h *History) add(slot int, tag uint64, s Shape) (int, bool) {
 // bump adds one to the sized counter w for tag: one CAS when w already
 // belongs to tag, else the lazy clear of ring.Add.
 func (h *History) bump(w *atomic.Uint64, tag uint64) bool {
-	old := w.Load()
-	if old>>ring.ValueBits == tag && w.CompareAndSwap(old, old+1) {
-		return true
+	if old := w.Load(); old>>ring.ValueBits == tag {
+		if w.CompareAndSwap(old, old+1) {
+			return true
+		}
+		h.contended()
 	}
 	return h.bumpSlow(w, tag)
 }

@@ -25,7 +25,6 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 	slot := h.r.Slot(epoch)
 	tag := ring.TagOf(epoch)
 	sh := &h.shared[slot]
-	blocks := h.shared[slot].blocks
 	for g := range sh.ctrl {
 		for m := sh.ctrl[g].Load() & msbBytes; m != 0; m &= m - 1 {
 			i := g*groupCells + bits.TrailingZeros64(m)/8
@@ -35,8 +34,8 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 			}
 			sum.claimed++
 			var c uint64
-			for st := range blocks {
-				if v := blocks[st].cells[i].Load(); v>>ring.ValueBits == tag {
+			for st := 0; st <= h.stripeMask; st++ {
+				if v := sh.block(st).cells[i].Load(); v>>ring.ValueBits == tag {
 					c += v & ring.ValueMask
 				}
 			}
@@ -49,8 +48,8 @@ func (h *History) readBucket(epoch int64, dst []Cell, appendCells bool) ([]Cell,
 			}
 		}
 	}
-	for st := range blocks {
-		b := &blocks[st]
+	for st := 0; st <= h.stripeMask; st++ {
+		b := sh.block(st)
 		sum.overflow.Count += int64(ring.Value(&b.overflow, tag))
 		sum.unsized += int64(ring.Value(&b.unsized, tag))
 	}
@@ -182,9 +181,9 @@ func (h *History) HasOverflow() bool {
 			continue
 		}
 		slot, tag := h.r.Slot(e), ring.TagOf(e)
-		blocks := h.shared[slot].blocks
-		for st := range blocks {
-			if ring.Value(&blocks[st].overflow, tag) > 0 {
+		sh := &h.shared[slot]
+		for st := 0; st <= h.stripeMask; st++ {
+			if ring.Value(&sh.block(st).overflow, tag) > 0 {
 				return true
 			}
 		}

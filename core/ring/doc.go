@@ -24,7 +24,11 @@
 // and accounts) the epochs that fell out of retention; a writer claiming a
 // slot for a new epoch first makes sure the slot's previous epoch was
 // drained; Prune drains anything left; a writer whose bucket expired while
-// its write was in flight drains its epoch again after writing. Drains name
+// its write was in flight drains its epoch again after writing (a writer
+// that only adds to a non-zero word of its own tag needs not: a drain
+// either ran before its load, leaving the word zero or newer, or fails its
+// compare-and-swap, or takes its count). Claimed, the newest epoch ever
+// claimed, lets a fast path skip the slot lookup while it is retained. Drains name
 // the exact epoch they expire. Since every change is a CAS on a tagged word,
 // each observation is either in a retained bucket or has been accounted as
 // expired exactly once: recorded = retained + expired. Tags are compared
@@ -43,7 +47,8 @@
 // Stripes: Stripe returns the id of the P the caller runs on (the runtime's
 // own procPin, read as a hint and released at once), so structures keep one
 // block of counters per P (at most MaxStripes) on separate cache lines and
-// sum the stripes on read. Reads are exact once writers stop; while they
+// sum the stripes on read. (buckets.History uses its first stripe alone
+// until writers contend.) Reads are exact once writers stop; while they
 // run, a reader sees each word at some instant, not one instant for all.
 //
 // Why the ring keeps its own stripes instead of xsync.Counter

@@ -46,6 +46,7 @@ type Ring struct {
 	mask       int64
 	maxAhead   int64 // in epochs
 	newest     atomic.Int64
+	claimed    atomic.Int64 // the newest epoch ever claimed (None: none), beside newest
 	_          Pad
 	first      atomic.Int64
 	farEpoch   atomic.Int64 // the last refused far-future epoch (None: none)
@@ -81,6 +82,7 @@ func (r *Ring) Init(widthNs, retentionNs int64) error {
 		r.maxAhead = keep
 	}
 	r.newest.Store(None)
+	r.claimed.Store(None)
 	r.first.Store(None)
 	r.farEpoch.Store(None)
 	r.slots = make([]slotState, n)
@@ -292,6 +294,7 @@ func (r *Ring) claimSlow(epoch int64, x Expirer) bool {
 	for {
 		se := st.epoch.Load()
 		if se == epoch {
+			r.raiseClaimed(epoch)
 			return true
 		}
 		if se > epoch {
@@ -301,10 +304,29 @@ func (r *Ring) claimSlow(epoch int64, x Expirer) bool {
 			r.expire(s, se, x)
 		}
 		if st.epoch.CompareAndSwap(se, epoch) {
+			r.raiseClaimed(epoch)
 			return true
 		}
 	}
 }
+
+// raiseClaimed keeps claimed the newest epoch ever claimed.
+func (r *Ring) raiseClaimed(epoch int64) {
+	for {
+		c := r.claimed.Load()
+		if c >= epoch || r.claimed.CompareAndSwap(c, epoch) {
+			return
+		}
+	}
+}
+
+// Claimed is the newest epoch ever claimed (None before the first claim),
+// for inlined fast paths: while it is retained (Claimed() >= Newest()-Keep(),
+// read in that order), its slot holds it, as Holds would report, since a
+// slot moves to a newer epoch only once that epoch is admitted, i.e. once
+// the one it held has expired. It saves a writer in the newest bucket the
+// slot table's load.
+func (r *Ring) Claimed() int64 { return r.claimed.Load() }
 
 // Holds reports whether the slot of epoch was claimed for epoch (readers use
 // it to skip slots quickly; the words' tags remain the authority).

@@ -89,3 +89,44 @@ func TestStripesArePowerOfTwo(t *testing.T) {
 		t.Fatalf("Stripe = %d out of [0,%d)", id, s)
 	}
 }
+
+// TestClaimedIsTheNewestClaimedEpoch: Claimed follows the newest epoch
+// whose slot was claimed, not the newest admitted one (an Advance claims
+// nothing), never moves back, and is None before the first claim.
+func TestClaimedIsTheNewestClaimedEpoch(t *testing.T) {
+	var r Ring
+	if err := r.Init(10, 40); err != nil {
+		t.Fatal(err)
+	}
+	x := &countingExpirer{}
+	if r.Claimed() != None {
+		t.Fatalf("claimed %d before any claim, want None", r.Claimed())
+	}
+	claim := func(ts int64) {
+		t.Helper()
+		e, ok := r.AdmitTs(ts, x)
+		if !ok || !r.Claim(e, x) {
+			t.Fatalf("record at %d refused", ts)
+		}
+	}
+	claim(100)
+	if r.Claimed() != 10 {
+		t.Fatalf("claimed %d, want 10", r.Claimed())
+	}
+	claim(125)
+	claim(111) // an older retained bucket: claimed stays at the newest
+	if r.Claimed() != 12 || !r.Holds(11) {
+		t.Fatalf("claimed %d (holds 11: %v), want 12", r.Claimed(), r.Holds(11))
+	}
+	r.Advance(300, x) // trusted clock: newest moves, nothing is claimed
+	if r.Newest() != 30 || r.Claimed() != 12 {
+		t.Fatalf("after Advance: newest %d claimed %d, want 30 and 12", r.Newest(), r.Claimed())
+	}
+	if r.Claimed() >= r.Newest()-r.Keep() {
+		t.Fatal("an expired claimed epoch passes the retention test")
+	}
+	claim(301)
+	if r.Claimed() != 30 {
+		t.Fatalf("claimed %d, want 30", r.Claimed())
+	}
+}
