@@ -75,7 +75,9 @@ type AuthConfig struct {
 	TokenFile string `yaml:"token_file" json:"token_file"`
 	// AgentToken is the agents' bearer token (POST /v1/agent/reports),
 	// required while agents.required; it must differ from Token.
-	AgentToken     string `yaml:"agent_token" json:"-"`
+	AgentToken string `yaml:"agent_token" json:"-"`
+	// AgentTokenFile is a file holding the agents' token (a mounted
+	// Secret), read at start; surrounding white space is ignored.
 	AgentTokenFile string `yaml:"agent_token_file" json:"agent_token_file"`
 	// AllowUnauthenticated must be set explicitly to run writes without
 	// a token (tests, demos).
@@ -469,13 +471,23 @@ var removedSettings = map[string]string{
 	"core.controller.burst_arrivals": "removed with core.controller.burst_pressure; delete it",
 }
 
+// RemovedSettings lists the removed settings (path, what to do), sorted
+// by path, for the configuration reference.
+func RemovedSettings() [][2]string {
+	var out [][2]string
+	for _, p := range slices.Sorted(maps.Keys(removedSettings)) {
+		out = append(out, [2]string{p, removedSettings[p]})
+	}
+	return out
+}
+
 // checkRemoved refuses a removed setting in the YAML file b, the
 // environment or the flags.
 func checkRemoved(b []byte, args []string, lookupEnv func(string) (string, bool)) error {
 	var root map[string]any
 	_ = yaml.Unmarshal(b, &root) // a malformed file is reported by decodeYAML
-	for _, path := range slices.Sorted(maps.Keys(removedSettings)) {
-		why := removedSettings[path]
+	for _, r := range RemovedSettings() {
+		path, why := r[0], r[1]
 		if yamlHas(root, strings.Split(path, ".")) {
 			return fmt.Errorf("config file sets %s: %s", path, why)
 		}

@@ -69,6 +69,18 @@ These settings are lists or maps: they are given in the YAML file only
 			}
 		}
 	}
+	b.WriteString(`
+## Removed settings
+
+A file, variable or flag that still sets one of these is refused at
+start with the reason below.
+
+| setting | reason |
+|---|---|
+`)
+	for _, r := range service.RemovedSettings() {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", r[0], r[1])
+	}
 	return b.Bytes(), nil
 }
 

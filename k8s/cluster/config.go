@@ -46,10 +46,17 @@ type Config struct {
 	// no pool matches is relabelled.
 	Pools []PoolConfig `yaml:"pools" json:"pools"`
 
-	DrainTimeoutS        float64 `yaml:"drain_timeout_s" json:"drain_timeout_s"`
-	DrainPollS           float64 `yaml:"drain_poll_s" json:"drain_poll_s"`
-	SwitchTimeoutS       float64 `yaml:"switch_timeout_s" json:"switch_timeout_s"`
-	SwitchOnDrainTimeout bool    `yaml:"switch_on_drain_timeout" json:"switch_on_drain_timeout"`
+	// DrainTimeoutS bounds how long a moving engine may keep resident
+	// work (routers no longer send it new requests) before the move fails.
+	DrainTimeoutS float64 `yaml:"drain_timeout_s" json:"drain_timeout_s"`
+	// DrainPollS is how often the drain is checked.
+	DrainPollS float64 `yaml:"drain_poll_s" json:"drain_poll_s"`
+	// SwitchTimeoutS bounds one call of an engine's role-switch URL.
+	SwitchTimeoutS float64 `yaml:"switch_timeout_s" json:"switch_timeout_s"`
+	// SwitchOnDrainTimeout switches the role anyway when the drain times
+	// out (what happens to the requests still resident is the engine's
+	// affair); off, the move fails and the engine keeps its role.
+	SwitchOnDrainTimeout bool `yaml:"switch_on_drain_timeout" json:"switch_on_drain_timeout"`
 
 	// LabelLeader labels the leader's own pod narwhal.io/leader=true.
 	LabelLeader bool `yaml:"label_leader" json:"label_leader"`
@@ -57,12 +64,25 @@ type Config struct {
 
 // PoolConfig is one entry of kubernetes.pools (see actuate.Pool).
 type PoolConfig struct {
-	Name            string  `yaml:"name" json:"name"`
-	Selector        string  `yaml:"selector" json:"selector"`
-	Method          string  `yaml:"method" json:"method"`
-	PrefillWorkload string  `yaml:"prefill_workload" json:"prefill_workload"`
-	DecodeWorkload  string  `yaml:"decode_workload" json:"decode_workload"`
-	ReadyTimeoutS   float64 `yaml:"ready_timeout_s" json:"ready_timeout_s"`
+	// Name names the pool in logs and errors.
+	Name string `yaml:"name" json:"name"`
+	// Selector is a label selector over the engine pods ("" matches all);
+	// the first pool whose selector matches a pod moves it.
+	Selector string `yaml:"selector" json:"selector"`
+	// Method is how the pool's engines move: relabel (one process serves
+	// either role; the label is the switch), scale (one workload per
+	// role: scale the source down and the target up) or switch_url (POST
+	// the role to the pod's narwhal.io/role-switch-url annotation).
+	Method string `yaml:"method" json:"method"`
+	// PrefillWorkload is the prefill role's workload for method scale, as
+	// Deployment/<name> or StatefulSet/<name> in the pod's namespace.
+	PrefillWorkload string `yaml:"prefill_workload" json:"prefill_workload"`
+	// DecodeWorkload is the decode role's workload for method scale.
+	DecodeWorkload string `yaml:"decode_workload" json:"decode_workload"`
+	// ReadyTimeoutS bounds the wait for the target workload's new pod to
+	// be Ready (method scale: the engine's start, weights included); 0
+	// takes the default, 900.
+	ReadyTimeoutS float64 `yaml:"ready_timeout_s" json:"ready_timeout_s"`
 }
 
 // LabelLeader is the label the leader puts on its own pod.

@@ -21,10 +21,14 @@ var ErrInvalidRoles = errors.New("podmeta: invalid role labels")
 // filters prefill and decode pods by that label).
 type Roles struct {
 	// Preset, when set, fills the fields left empty: "narwhal" or "llm-d".
-	Preset  string `json:"preset" yaml:"preset"`
-	Key     string `json:"key" yaml:"key"`
+	Preset string `json:"preset" yaml:"preset"`
+	// Key is the pod label that carries the role (narwhal.io/role,
+	// llm-d.ai/role).
+	Key string `json:"key" yaml:"key"`
+	// Prefill is the label's value for the prefill role.
 	Prefill string `json:"prefill" yaml:"prefill"`
-	Decode  string `json:"decode" yaml:"decode"`
+	// Decode is the label's value for the decode role.
+	Decode string `json:"decode" yaml:"decode"`
 }
 
 // Presets are the role labels of the routers Narwhal knows.
