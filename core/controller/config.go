@@ -128,7 +128,7 @@ func DefaultConfig() Config {
 		PredictionArrivals:   60,
 		JournalRing:          1024,
 		Scoring:              ScoringClosedForm,
-		MissMargin:           0.01,
+		MissMargin:           0.03,
 		SwitchS:              30,
 	}
 }
@@ -218,11 +218,15 @@ func (t Timing) validate() error {
 	return nil
 }
 
-// margin is the hysteresis a decision on snapshot s uses: miss_margin for
-// rollout scores, hysteresis_margin for closed-form ones.
-func (c Config) margin(s *Snapshot) float64 {
-	if c.Scoring == ScoringRollout && s.Basis == BasisOfferedDemand {
-		return c.MissMargin
+// margin is the hysteresis a decision on snapshot s whose current split
+// scores cur uses: hysteresis_margin for closed-form scores; for rollout
+// scores miss_margin of the requests the current split is predicted to
+// lose, at least of all requests (past 1, a score counts the backlog a
+// split leaves, whose size the model extrapolates: a move must save a
+// share of it, not a fixed count).
+func (c Config) margin(s *Snapshot, cur float64) float64 {
+	if s.byRollout() {
+		return c.MissMargin * max(1, cur)
 	}
 	return c.HysteresisMargin
 }

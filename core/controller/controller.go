@@ -710,7 +710,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		d.Reason = "both phases within target pressure"
 	case unmeasured != "":
 		d.Reason = unmeasured
-	case !(improvement > c.cfg.margin(s)) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
+	case !(improvement > c.cfg.margin(s, cur.Score)) && !(s.prefillBehind && best.Moves > 0 && improvement > 0 && !s.byRollout()):
 		d.Reason = "improvement within hysteresis margin"
 	default:
 		dir = 1

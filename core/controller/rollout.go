@@ -158,7 +158,9 @@ func (s *Snapshot) rolloutSplit(j int) SplitScore {
 	for h := 0; h < 2; h++ {
 		r := s.rollout(h, hz[h], j, ev)
 		pp[h], dp[h], miss[h] = r.ttft, r.tpot, r.miss
-		kvPeak = max(kvPeak, r.kvPeak)
+		if h == 1 {
+			kvPeak = r.kvPeak
+		}
 	}
 	sc.KVNeedTokens = max(resKV, kvPeak)
 	if s.useObserved {
@@ -177,7 +179,9 @@ func (s *Snapshot) rolloutSplit(j int) SplitScore {
 	} else if sc.DecodeEngines == 0 && sc.KVNeedTokens > 0 {
 		sc.DecodePressure = math.Inf(1)
 	}
-	sc.MissShare = max(miss[0], miss[1])
+	// Both horizons' demand weigh equally: the short one leads a shift,
+	// the long one holds its noise down (the closed form's decode blend).
+	sc.MissShare = (miss[0] + miss[1]) / 2
 	sc.Score = sc.MissShare + rolloutMoveTie*float64(abs(j))
 	return sc
 }

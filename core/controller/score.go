@@ -46,10 +46,17 @@ func (s *Snapshot) MaxMoves() int { return len(s.dm) }
 // (clamped to the candidate range): by the rollout when scoring is
 // "rollout" and demand is complete, else by the closed form.
 func (s *Snapshot) Split(j int) SplitScore {
-	if s.Config.Scoring == ScoringRollout && s.Basis == BasisOfferedDemand {
+	if s.byRollout() {
 		return s.rolloutSplit(j)
 	}
 	return s.closedSplit(j)
+}
+
+// byRollout reports whether splits are scored by the rollout: scoring
+// "rollout" with complete demand (the observed bases price what they
+// measure, in closed form).
+func (s *Snapshot) byRollout() bool {
+	return s.Config.Scoring == ScoringRollout && s.Basis == BasisOfferedDemand
 }
 
 // closedSplit scores a split in closed form, where the pools stand once
