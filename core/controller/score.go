@@ -27,9 +27,11 @@ type SplitScore struct {
 	// backlogSurge); 0 without a backlog.
 	KVSurgeTokens float64 `json:"kv_surge_tokens,omitempty"`
 	DrainS        float64 `json:"drain_s"`
-	// MissShare: with scoring "rollout", the predicted share of the
-	// rollout's requests that miss TTFT or TPOT (the worse horizon);
-	// the score is this plus a tie-break per moved engine.
+	// MissShare: with scoring "rollout", the requests predicted to miss
+	// TTFT or TPOT per request arriving in the rollout (the mean of the
+	// short and the long horizon's demand), counting those that the
+	// backlog left at its end will cost (so past 1 when a split cannot
+	// catch up); the score is this plus a tie-break per moved engine.
 	MissShare float64 `json:"miss_share,omitempty"`
 	Score     float64 `json:"score"`
 	kvPred    float64 // the long horizon's predicted KV before KVCorrection
