@@ -27,6 +27,12 @@ import "math"
 // batch across the engines (sd m·√(N/n)). A sequence that does not fit
 // in the pool's physical KV capacity waits (an admission queue, a stall
 // as a vLLM or SGLang scheduler makes it) and counts as a miss.
+//
+// A split's score is the mean over the short and the long horizon's
+// demand of the requests predicted to miss per request arriving, plus the
+// requests that the backlog left at the rollout's end will cost (each
+// excess request once at most; see tailMinNet): splits that all miss
+// within the horizon are still ranked by how much they leave behind.
 
 const (
 	rolloutSteps  = 64
