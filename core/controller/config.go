@@ -80,7 +80,28 @@ type Config struct {
 	PredictionArrivals float64 `json:"prediction_arrivals" yaml:"prediction_arrivals"`
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
+	// Scoring: how a candidate split is scored with complete demand.
+	// "closed_form": steady-state queueing where the pools stand once the
+	// moves land (score.go). "rollout": the pools simulated forward over
+	// a demand window past the switch, drains and switch delays included,
+	// the score being the predicted share of requests missing TTFT or
+	// TPOT (rollout.go).
+	Scoring string `json:"scoring" yaml:"scoring"`
+	// MissMargin: with scoring "rollout", the share of requests the best
+	// split must save over the current one to move (the rollout's
+	// hysteresis; hysteresis_margin is the closed form's).
+	MissMargin float64 `json:"miss_margin" yaml:"miss_margin"`
+	// SwitchS: seconds a role switch takes after the engine's drain, as
+	// the rollout assumes until completed moves measure it (then the
+	// measured mean of the recent moves stands).
+	SwitchS float64 `json:"switch_s" yaml:"switch_s"`
 }
+
+// Scoring values (Config.Scoring).
+const (
+	ScoringClosedForm = "closed_form"
+	ScoringRollout    = "rollout"
+)
 
 // DefaultConfig returns the defaults documented in doc.go.
 func DefaultConfig() Config {
@@ -106,6 +127,9 @@ func DefaultConfig() Config {
 		MaxMovesPerStep:      4,
 		PredictionArrivals:   60,
 		JournalRing:          1024,
+		Scoring:              ScoringClosedForm,
+		MissMargin:           0.03,
+		SwitchS:              30,
 	}
 }
 
@@ -160,6 +184,12 @@ func (c Config) Validate() error {
 		return bad("prediction_arrivals", c.PredictionArrivals, ">= 0")
 	case c.JournalRing < 1:
 		return bad("journal_ring", c.JournalRing, ">= 1")
+	case c.Scoring != ScoringClosedForm && c.Scoring != ScoringRollout:
+		return bad("scoring", fmt.Sprintf("%q", c.Scoring), fmt.Sprintf("%q or %q", ScoringClosedForm, ScoringRollout))
+	case !finite(c.MissMargin) || c.MissMargin < 0 || c.MissMargin >= 1:
+		return bad("miss_margin", c.MissMargin, "in [0, 1)")
+	case !finite(c.SwitchS) || c.SwitchS < 0 || c.SwitchS > 3600:
+		return bad("switch_s", c.SwitchS, "in [0, 3600]")
 	}
 	return nil
 }
@@ -186,4 +216,17 @@ func (t Timing) validate() error {
 		return fmt.Errorf("%w: tpot slo must be > 0 s, got %v", ErrInvalidConfig, t.TPOTSLOS)
 	}
 	return nil
+}
+
+// margin is the hysteresis a decision on snapshot s whose current split
+// scores cur uses: hysteresis_margin for closed-form scores; for rollout
+// scores miss_margin of the requests the current split is predicted to
+// lose, at least of all requests (past 1, a score counts the backlog a
+// split leaves, whose size the model extrapolates: a move must save a
+// share of it, not a fixed count).
+func (c Config) margin(s *Snapshot, cur float64) float64 {
+	if s.byRollout() {
+		return c.MissMargin * max(1, cur)
+	}
+	return c.HysteresisMargin
 }

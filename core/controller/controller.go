@@ -100,6 +100,36 @@ type Controller struct {
 	resolve    Resolver
 	resolved   int
 	unresolved map[string]bool
+
+	// Measured switch time (the rollout's): per moving engine, when its
+	// move began and the drain the snapshot predicted for it; the mean of
+	// the last switchKeep measured switches (done − start − drain).
+	moveStart map[string]moveStart
+	switches  [switchKeep]float64
+	switchN   int
+}
+
+// moveStart is a move in flight, as its decision saw it.
+type moveStart struct {
+	atNs   int64
+	drainS float64
+}
+
+// switchKeep: completed moves whose switch times the rollout averages.
+const switchKeep = 8
+
+// switchS is the switch time the rollout assumes: the mean of the last
+// measured switches, else the switch_s setting. Caller holds mu.
+func (c *Controller) switchS() float64 {
+	n := min(c.switchN, switchKeep)
+	if n == 0 {
+		return c.cfg.SwitchS
+	}
+	sum := 0.0
+	for i := 0; i < n; i++ {
+		sum += c.switches[i]
+	}
+	return sum / float64(n)
 }
 
 // New returns a controller with no engines.
@@ -282,6 +312,7 @@ func (c *Controller) RemoveEngine(id string) error {
 	c.index[c.engines[i].ID] = i
 	c.engines, c.profIdx = c.engines[:last], c.profIdx[:last]
 	delete(c.index, id)
+	delete(c.moveStart, id)
 	c.publish()
 	return nil
 }
@@ -338,6 +369,13 @@ func (c *Controller) MoveDone(engineID string, nowNs int64, err error) {
 	if e.State == StateServing {
 		return
 	}
+	if ms, ok := c.moveStart[engineID]; ok {
+		delete(c.moveStart, engineID)
+		if err == nil && nowNs > ms.atNs {
+			c.switches[c.switchN%switchKeep] = max(0, min(3600, float64(nowNs-ms.atNs)/1e9-ms.drainS))
+			c.switchN++
+		}
+	}
 	if err == nil && e.TargetRole != RoleNone {
 		e.Role = e.TargetRole
 		e.LastMoveNs = max(e.LastMoveNs, nowNs)
@@ -362,6 +400,7 @@ func (c *Controller) Snapshot(nowNs int64, in Inputs) *Snapshot {
 func (c *Controller) freeze(nowNs int64, in Inputs) {
 	s := &c.snap
 	s.AtNs, s.Timing, s.Config = nowNs, c.tm, c.cfg
+	s.SwitchS = c.switchS()
 	s.Profiles = append(s.Profiles[:0], c.profiles.Profiles...)
 	s.Engines = s.Engines[:0]
 	for i := range c.engines {
@@ -671,7 +710,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		d.Reason = "both phases within target pressure"
 	case unmeasured != "":
 		d.Reason = unmeasured
-	case !(improvement > c.cfg.HysteresisMargin) && !(s.prefillBehind && best.Moves > 0 && improvement > 0):
+	case !(improvement > c.cfg.margin(s, cur.Score)) && !(s.prefillBehind && best.Moves > 0 && improvement > 0 && !s.byRollout()):
 		d.Reason = "improvement within hysteresis margin"
 	default:
 		dir = 1
@@ -874,6 +913,10 @@ func (c *Controller) decide(nowNs int64) Decision {
 		e := &s.Engines[ci]
 		le := &c.engines[c.index[e.ID]]
 		le.State, le.TargetRole, le.LastMoveNs = StateDraining, to, nowNs
+		if c.moveStart == nil {
+			c.moveStart = map[string]moveStart{}
+		}
+		c.moveStart[e.ID] = moveStart{atNs: nowNs, drainS: e.DrainS}
 		d.Moves = append(d.Moves, Move{EngineID: e.ID, From: from, To: to, DecisionSeq: d.Seq, AtNs: nowNs})
 		c.moves.Add(1)
 	}

@@ -52,6 +52,34 @@
 // level is linear up to score_cap and logarithmic beyond. Every split is
 // O(1) from prefix sums; the journal rounds values to 6 decimals.
 //
+// Scoring "rollout" (rollout.go; off by default) replaces that steady
+// state by a forward simulation of each candidate over a demand window
+// past the switch (the long horizon's span plus the switch time, 30–180
+// s, 64 steps): movers stop taking work at once and join the other pool
+// after their drain plus the switch time (the mean of the last eight
+// measured switches, move start to MoveDone less the predicted drain;
+// switch_s until one completes); prefill is a fluid queue from the
+// resident backlog, decode holds what prefill completes and stalls past
+// its physical KV capacity. The score is the requests predicted to miss
+// TTFT or TPOT per request arriving (fluid waits smoothed by the own
+// prefill time's spread, an M/M/1 wait and the batch's Poisson imbalance;
+// the mean of both horizons' demand), plus the requests the backlog left
+// at the end will cost; a move must save miss_margin of them (of all
+// requests up to a score of 1). Pressures for the gates and the journal
+// are the rollout's worst latency / SLO, floored by observation as
+// above. The rollout makes backlogSurge, the delivered rate's spreading,
+// the linear saturation extrapolation, drain_cost_weight, score_cap and
+// the margin bypass while prefill is behind unnecessary on its path. On
+// the scenario suite (prior + calibrate) it gains 1.33 pt on the tune
+// half and 2.14 on the held half (mean vs static-best −1.03 → +0.30,
+// −6.44 → −4.30; held shifting −2.86 → −0.54, quick reversals 1.03 →
+// 0.38 per hour); it stays off by default because the comparable
+// segments row loses 1.15 and 1.46 pt at seeds 1 and 2 against 10598f3
+// (the Mooncake segment at a 1.5 s TTFT SLO, where it starves decode),
+// past the five rows' 1 pt bound. With it kv_lead_s still gains (off:
+// tune −0.18 pt, the concatenated rows 10–29 pt at seeds 1–4), and so
+// does max_moves_per_step 4 against 1 (tune +0.70).
+//
 // Measurements correct the model: observed TPOT calibrates the decode
 // cost (load or TPOT correction, clamped to [0.5, 2]); resident KV scales
 // predicted KV down (kv_correction in [0.5, 1]); measured TPOT under

@@ -149,7 +149,7 @@ func (s SplitScore) rounded() SplitScore {
 	s.ShortPrefill, s.LongPrefill = roundJ(s.ShortPrefill), roundJ(s.LongPrefill)
 	s.ShortDecode, s.LongDecode = roundJ(s.ShortDecode), roundJ(s.LongDecode)
 	s.KVNeedTokens, s.KVCapacityTokens = roundJ(s.KVNeedTokens), roundJ(s.KVCapacityTokens)
-	s.DrainS, s.Score = roundJ(s.DrainS), roundJ(s.Score)
+	s.DrainS, s.Score, s.MissShare = roundJ(s.DrainS), roundJ(s.Score), roundJ(s.MissShare)
 	return s
 }
 

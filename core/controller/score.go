@@ -27,8 +27,14 @@ type SplitScore struct {
 	// backlogSurge); 0 without a backlog.
 	KVSurgeTokens float64 `json:"kv_surge_tokens,omitempty"`
 	DrainS        float64 `json:"drain_s"`
-	Score         float64 `json:"score"`
-	kvPred        float64 // the long horizon's predicted KV before KVCorrection
+	// MissShare: with scoring "rollout", the requests predicted to miss
+	// TTFT or TPOT per request arriving in the rollout (the mean of the
+	// short and the long horizon's demand), counting those that the
+	// backlog left at its end will cost (so past 1 when a split cannot
+	// catch up); the score is this plus a tie-break per moved engine.
+	MissShare float64 `json:"miss_share,omitempty"`
+	Score     float64 `json:"score"`
+	kvPred    float64 // the long horizon's predicted KV before KVCorrection
 }
 
 // MinMoves and MaxMoves bound the candidate splits over live serving
@@ -39,8 +45,25 @@ func (s *Snapshot) MinMoves() int { return -len(s.pm) }
 func (s *Snapshot) MaxMoves() int { return len(s.dm) }
 
 // Split scores the split that makes j moves from the current one
-// (clamped to the candidate range).
+// (clamped to the candidate range): by the rollout when scoring is
+// "rollout" and demand is complete, else by the closed form.
 func (s *Snapshot) Split(j int) SplitScore {
+	if s.byRollout() {
+		return s.rolloutSplit(j)
+	}
+	return s.closedSplit(j)
+}
+
+// byRollout reports whether splits are scored by the rollout: scoring
+// "rollout" with complete demand (the observed bases price what they
+// measure, in closed form).
+func (s *Snapshot) byRollout() bool {
+	return s.Config.Scoring == ScoringRollout && s.Basis == BasisOfferedDemand
+}
+
+// closedSplit scores a split in closed form, where the pools stand once
+// the moves land.
+func (s *Snapshot) closedSplit(j int) SplitScore {
 	j = max(s.MinMoves(), min(s.MaxMoves(), j))
 	c := &s.cum
 	sc := SplitScore{Moves: j, PrefillEngines: s.PrefillEngines + s.IncomingPrefill + j, DecodeEngines: s.DecodeEngines + s.IncomingDecode - j}

@@ -213,6 +213,10 @@ type Snapshot struct {
 	// is a value frozen with the snapshot; decode engines' drain costs
 	// are its per-sequence share times the TPOT SLO.
 	PendingOutputTokens float64 `json:"pending_output_tokens"`
+	// SwitchS: seconds a role switch takes after its drain (measured
+	// from completed moves, else the switch_s setting); the rollout adds
+	// it to a mover's drain time.
+	SwitchS float64 `json:"switch_s"`
 
 	Incomplete       bool    `json:"incomplete"`
 	IncompleteReason string  `json:"incomplete_reason,omitempty"`
@@ -242,6 +246,15 @@ type Snapshot struct {
 	// over that of all requests, per horizon.
 	refProfile    int
 	feasibleRatio [2]float64
+	// Rollout tables: the serving pools without engines in transition
+	// (srv, srvKVCap, srvKVUnknown), the coefficient of variation of a
+	// feasible request's own prefill time per horizon, and reused event
+	// buffers.
+	srv          [2]poolBase
+	srvKVCap     float64
+	srvKVUnknown int32
+	ownCV        [2]float64
+	events       []rolloutEvent
 }
 
 // poolBase: per horizon, sums over the current pools.
@@ -259,6 +272,8 @@ type cumulative struct {
 	dA, dKVCap, dRes  []float64
 	dKVUnknown        []int32
 	dDrain            []float64
+	dSeqs             []float64
+	resSeqsD          float64
 	backlog           float64
 	kvCapD            float64
 	kvUnknownD        int32
@@ -274,6 +289,7 @@ func (s *Snapshot) clone() *Snapshot {
 	n.Engines = slices.Clone(s.Engines)
 	n.pm, n.dm = nil, nil
 	n.cum = cumulative{}
+	n.events = nil
 	n.prepare()
 	return &n
 }
@@ -472,26 +488,7 @@ func (s *Snapshot) prepare() {
 			}
 		}
 	}
-	mu := func(p *Profile, h *HorizonDemand) float64 { // prefill requests/s one engine serves
-		if !p.HasPrefill || h.Requests == 0 {
-			return 0
-		}
-		sv := p.Prefill.A + p.Prefill.B*h.MeanInput + p.Prefill.C*h.MeanInputSq
-		if sv <= 0 {
-			return 0
-		}
-		return 1 / sv
-	}
-	capT := func(p *Profile, h *HorizonDemand) float64 { // decode tokens/s one engine can reach
-		if !p.HasDecode {
-			return 0
-		}
-		m := p.Decode.PerSeq + p.Decode.PerCtxToken*h.DecodeCtx
-		if m <= 0 {
-			return math.Inf(1)
-		}
-		return 1 / m
-	}
+	mu, capT := prefillRate, decodeCap // requests/s one engine serves; decode tokens/s one engine can reach
 	c := &s.cum
 	grow := func(b []float64, n int) []float64 {
 		if cap(b) < n {
@@ -518,8 +515,9 @@ func (s *Snapshot) prepare() {
 	c.pKVUnknown = growI(c.pKVUnknown, np)
 	c.dA, c.dKVCap, c.dRes, c.dDrain = grow(c.dA, nd), grow(c.dKVCap, nd), grow(c.dRes, nd), grow(c.dDrain, nd)
 	c.dKVUnknown = growI(c.dKVUnknown, nd)
+	c.dSeqs = grow(c.dSeqs, nd)
 	s.base = [2]poolBase{}
-	c.backlog, c.kvCapD, c.kvUnknownD, c.resKVD = 0, 0, 0, 0
+	c.backlog, c.kvCapD, c.kvUnknownD, c.resKVD, c.resSeqsD = 0, 0, 0, 0, 0
 	for k, i := range s.pm {
 		e := &s.Engines[i]
 		p := s.profileOf(e)
@@ -561,6 +559,12 @@ func (s *Snapshot) prepare() {
 		c.resKVD += float64(e.Resident.KVTokens)
 		c.dRes[k+1] = c.dRes[k] + float64(e.Resident.KVTokens)
 		c.dDrain[k+1] = c.dDrain[k] + e.DrainS
+		c.resSeqsD += float64(e.Resident.DecodeSeqs)
+		c.dSeqs[k+1] = c.dSeqs[k] + float64(e.Resident.DecodeSeqs)
+	}
+	s.srv, s.srvKVCap, s.srvKVUnknown = s.base, c.kvCapD, c.kvUnknownD
+	for h := 0; h < 2; h++ {
+		s.ownCV[h] = ownPrefillCV(ref, hz[h])
 	}
 
 	// Engines moving toward a role count in it (capacity, KV), not as
@@ -593,7 +597,7 @@ func (s *Snapshot) prepare() {
 	s.calibrateOutputs()
 	s.KVCorrection = 1
 	if s.DecodeEngines > 0 && s.IncomingDecode == 0 && residentSeqs >= minLoadSeqs*int64(s.DecodeEngines) {
-		if pred := s.Split(0).kvPred; pred > 0 {
+		if pred := s.closedSplit(0).kvPred; pred > 0 {
 			s.KVCorrection = max(0.5, min(1, s.ResidentDecodeKV/pred))
 		}
 	}

@@ -136,7 +136,7 @@ var journalHints = map[string]string{
 	"short_decode":            "Decode pressure over the short horizon.",
 	"long_decode":             "Decode pressure over the long horizon.",
 	"drain_s":                 "Seconds of resident work the moving engines must drain.",
-	"score":                   "The split's score: level(worse phase) + 0.01·level(other) + drain_cost_weight · drain_s (lower is better).",
+	"score":                   "The split's score (lower is better): level(worse phase) + 0.01·level(other) + drain_cost_weight · drain_s; with scoring \"rollout\" and complete demand, miss_share + 0.0001 per moved engine.",
 	"from_ns":                 "Start of the horizon (Unix ns).",
 	"to_ns":                   "End of the horizon (Unix ns).",
 	"span_s":                  "Seconds covered.",
