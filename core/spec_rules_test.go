@@ -849,13 +849,18 @@ func TestSpecOutputEstimatesAndDecodeCorrectionAreBuiltOnceForBothHorizons(t *te
 	if math.Abs(snap.DecodeCorrection-1.5) > 1e-3 || snap.OutputScale != 0 {
 		t.Fatalf("decode correction %v; want 1.5", snap.DecodeCorrection)
 	}
-	// the same snapshot without the correction, for comparison
-	snap1 := *snap
-	snap1.DecodeCorrection = 1
-	withC, without := snap.Split(0), snap1.Split(0)
-	for _, r := range []float64{withC.ShortDecode / without.ShortDecode, withC.LongDecode / without.LongDecode} {
-		if math.Abs(r-1.5) > 0.01 {
-			t.Fatalf("decode pressure short %v/%v long %v/%v; want both horizons scaled by 1.5", withC.ShortDecode, without.ShortDecode, withC.LongDecode, without.LongDecode)
+	// the same snapshot without the correction, for comparison, under
+	// either scoring
+	for _, scoring := range []string{controller.ScoringClosedForm, controller.ScoringRollout} {
+		snapC := *snap
+		snapC.Config.Scoring = scoring
+		snap1 := snapC
+		snap1.DecodeCorrection = 1
+		withC, without := snapC.Split(0), snap1.Split(0)
+		for _, r := range []float64{withC.ShortDecode / without.ShortDecode, withC.LongDecode / without.LongDecode} {
+			if math.Abs(r-1.5) > 0.01 {
+				t.Fatalf("%s: decode pressure short %v/%v long %v/%v; want both horizons scaled by 1.5", scoring, withC.ShortDecode, without.ShortDecode, withC.LongDecode, without.LongDecode)
+			}
 		}
 	}
 }

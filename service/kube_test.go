@@ -50,6 +50,10 @@ func kubeTestConfig(pod, demandURL string) Config {
 	// The test's 80 arrivals are a prediction from few arrivals in a 2 s
 	// short window; its subject is replication, not that rule.
 	cfg.Core.Controller.PredictionArrivals = 0
+	// Its moves come from the closed form balancing pressures; the
+	// rollout (the default scoring) holds while nothing is predicted to
+	// miss, and the subject here is replication.
+	cfg.Core.Controller.Scoring = controller.ScoringClosedForm
 	k := &cfg.Kubernetes
 	k.Enabled = true
 	k.Namespace, k.PodName, k.EngineNamespace = "narwhal", pod, "llm"

@@ -33,6 +33,11 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 	cfg := testConfig()
 	cfg.Agents.Required = true
 	cfg.Core.TTFTSLOS, cfg.Core.TPOTSLOS = 2, 0.02
+	// The moves both ways are the closed form balancing pressures: in the
+	// decode-heavy phase the truth keeps TPOT at 6 % of its SLO on two
+	// decode engines, where the rollout (the default scoring) predicts no
+	// miss and holds. The subject is the prior pricing the engines.
+	cfg.Core.Controller.Scoring = controller.ScoringClosedForm
 	rc, err := NewCore(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

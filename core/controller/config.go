@@ -81,11 +81,11 @@ type Config struct {
 	// JournalRing: decisions kept in memory.
 	JournalRing int `json:"journal_ring" yaml:"journal_ring"`
 	// Scoring: how a candidate split is scored with complete demand.
-	// "closed_form": steady-state queueing where the pools stand once the
-	// moves land (score.go). "rollout": the pools simulated forward over
-	// a demand window past the switch, drains and switch delays included,
-	// the score being the predicted share of requests missing TTFT or
-	// TPOT (rollout.go).
+	// "rollout" (the default): the pools simulated forward over a demand
+	// window past the switch, drains and switch delays included, the
+	// score being the predicted share of requests missing TTFT or TPOT
+	// (rollout.go). "closed_form": steady-state queueing where the pools
+	// stand once the moves land (score.go).
 	Scoring string `json:"scoring" yaml:"scoring"`
 	// MissMargin: with scoring "rollout", the share of requests the best
 	// split must save over the current one to move (the rollout's
@@ -127,7 +127,7 @@ func DefaultConfig() Config {
 		MaxMovesPerStep:      4,
 		PredictionArrivals:   60,
 		JournalRing:          1024,
-		Scoring:              ScoringClosedForm,
+		Scoring:              ScoringRollout,
 		MissMargin:           0.03,
 		SwitchS:              30,
 	}

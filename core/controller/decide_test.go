@@ -222,6 +222,7 @@ func rateForDecodeOn(c *Controller, target float64) float64 {
 // TestNoOscillationNearThreshold: acceptance 6.
 func TestNoOscillationNearThreshold(t *testing.T) {
 	cfg := DefaultConfig()
+	cfg.Scoring = ScoringClosedForm
 	cfg.MinEvidenceArrivals = 10
 	under, over := rateForDecode(t, 0.78), rateForDecode(t, 0.82)
 	for seed := uint64(1); seed <= 5; seed++ {
@@ -420,7 +421,7 @@ func TestFarOverPhaseStillRanksSplits(t *testing.T) {
 	// 10 s of prefill queued on every prefill engine: TTFT stays past
 	// 2× the SLO with any number of prefill engines.
 	in := Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}}
-	c := newTestController(t, testConfig(), 4, 4)
+	c := newTestController(t, closedFormConfig(), 4, 4)
 	setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: 10}, 66144)
 	s := c.Snapshot(t0, in)
 	for j := 0; j < s.MaxMoves()-1; j++ { // the last split has no decode engine
@@ -435,7 +436,7 @@ func TestFarOverPhaseStillRanksSplits(t *testing.T) {
 		t.Fatalf("past 2× the SLO with a measured queue: got %s %q (%s); want a multi-engine decode->prefill move", d.Action, d.Blocked, d.Reason)
 	}
 	// Offered prefill beyond every split's capacity: finite, ordered.
-	sat := newTestController(t, testConfig(), 4, 4).Snapshot(t0, Inputs{Arrivals: steady(2048, 16, 400), Outputs: &fakeHistory{}})
+	sat := newTestController(t, closedFormConfig(), 4, 4).Snapshot(t0, Inputs{Arrivals: steady(2048, 16, 400), Outputs: &fakeHistory{}})
 	for j := 0; j < sat.MaxMoves()-1; j++ {
 		a, b := sat.Split(j), sat.Split(j+1)
 		if math.IsInf(a.PrefillPressure, 1) || !(a.PrefillPressure > 2) || !(b.PrefillPressure < a.PrefillPressure) {
@@ -566,7 +567,7 @@ func TestDeliveredRate(t *testing.T) {
 // split, clamped to [0.5, 1]; below that residency it is 1.
 func TestKVCorrection(t *testing.T) {
 	in := Inputs{Arrivals: steady(1024, 256, 20), Outputs: &fakeHistory{}}
-	c := newTestController(t, testConfig(), 4, 4)
+	c := newTestController(t, closedFormConfig(), 4, 4)
 	raw := c.Snapshot(t0, in)
 	pred := raw.Split(0).kvPred
 	if raw.KVCorrection != 1 || !(pred > 0) {
@@ -577,7 +578,7 @@ func TestKVCorrection(t *testing.T) {
 		share float64 // resident KV as a share of the prediction
 		want  float64
 	}{{16, 0.7, 0.7}, {16, 0.1, 0.5}, {16, 3, 1}, {15, 0.7, 1}} {
-		c := newTestController(t, testConfig(), 4, 4)
+		c := newTestController(t, closedFormConfig(), 4, 4)
 		for _, e := range c.Engines() {
 			if e.Role == RoleDecode {
 				kv := int64(math.Round(tc.share * pred / 4))

@@ -29,7 +29,7 @@ func onlyFailing(t *testing.T, d Decision) []string {
 }
 
 func TestBaselineMoves(t *testing.T) {
-	c := newTestController(t, testConfig(), 4, 4)
+	c := newTestController(t, closedFormConfig(), 4, 4)
 	d := c.Step(t0, d2pInputs())
 	if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].From != RoleDecode || d.Moves[0].To != RolePrefill {
 		t.Fatalf("unexpected decision; got %s %+v blocked %q; want one decode->prefill move", d.Action, d.Moves, d.Blocked)
@@ -45,7 +45,7 @@ func TestBaselineMoves(t *testing.T) {
 		t.Fatalf("unexpected role table after dry-run move; got %v / %v", tb.Prefill, tb.Decode)
 	}
 	// Prefill-to-decode in the other mix.
-	c2 := newTestController(t, testConfig(), 4, 4)
+	c2 := newTestController(t, closedFormConfig(), 4, 4)
 	d = c2.Step(t0, Inputs{Arrivals: steady(256, 512, 15), Outputs: &fakeHistory{}})
 	if d.Action != ActionMove || d.Moves[0].From != RolePrefill {
 		t.Fatalf("unexpected decision; got %s %+v; want a prefill->decode move", d.Action, d.Moves)
@@ -147,7 +147,7 @@ func TestEachGateBlocksAlone(t *testing.T) {
 // same direction over confirm_steps; the last direction survives a
 // restart.
 func TestReversalNeedsMoreConfirmations(t *testing.T) {
-	cfg := testConfig()
+	cfg := closedFormConfig()
 	cfg.ConfirmSteps, cfg.ReversalConfirmSteps = 1, 4
 	c := newTestController(t, cfg, 4, 4)
 	if d := c.Step(t0, d2pInputs()); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
@@ -201,7 +201,7 @@ func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 		target Role
 		want   bool
 	}{{"toward the destination", RolePrefill, true}, {"away from it", RoleDecode, false}} {
-		cfg := testConfig()
+		cfg := closedFormConfig()
 		cfg.DrainCostWeight = 1 // moving the queued prefill engines away is no way out
 		c := newTestController(t, cfg, 4, 4)
 		from := RoleDecode
@@ -258,7 +258,7 @@ func TestMeasuredPrefillBacklogWaivesOpenEvidence(t *testing.T) {
 func TestMeasuredDecodeKVConfirmsDeficit(t *testing.T) {
 	moved := map[bool]int{}
 	for _, full := range []bool{false, true} {
-		c := newTestController(t, testConfig(), 6, 2)
+		c := newTestController(t, closedFormConfig(), 6, 2)
 		kv := int64(33072) // 0.5 of 66144
 		if full {
 			kv = 56222 // 0.85 of 66144
@@ -295,7 +295,7 @@ func TestKVExhaustionProjectedMovesDecode(t *testing.T) {
 		t.Fatalf("growing KV: got %s %q (%s) kv_exhaustion %v moves %d; want several prefill->decode moves (current %+v)",
 			d.Action, d.Blocked, d.Reason, d.KVExhaustion, len(d.Moves), d.Current)
 	}
-	if max(d.Current.PrefillPressure, d.Current.DecodePressure) > testConfig().TargetPressure {
+	if max(d.Current.PrefillPressure, d.Current.DecodePressure) > closedFormConfig().TargetPressure {
 		t.Fatalf("scenario: a phase is past target pressure (%+v); the move must come from the projection", d.Current)
 	}
 	for _, tc := range []struct {
@@ -330,7 +330,7 @@ func TestKVExhaustionProjectedAtSubSecondSteps(t *testing.T) {
 // must hold.
 func runKVRamp(t *testing.T, lead float64, kvs []int64, stepNs int64) Decision {
 	t.Helper()
-	cfg := testConfig()
+	cfg := closedFormConfig()
 	cfg.KVLeadS = lead
 	c := newTestController(t, cfg, 6, 2)
 	in := Inputs{Arrivals: steady(256, 512, 2), Outputs: &fakeHistory{}}
@@ -355,7 +355,7 @@ func TestMeasuredPrefillBacklogWaivesHysteresis(t *testing.T) {
 		queued float64 // per prefill engine, seconds (TTFT SLO 0.25 s)
 		move   bool
 	}{{"no measured queue", 0, false}, {"queue past the SLO", 0.5, true}} {
-		cfg := testConfig()
+		cfg := closedFormConfig()
 		cfg.HysteresisMargin = 100 // every improvement is within it
 		c := newTestController(t, cfg, 4, 4)
 		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: tc.queued}, 66144)
@@ -506,7 +506,7 @@ func TestReleasedPrefillBacklogMustFitDecodeKV(t *testing.T) {
 	const capTok = 66144
 	step := func(queuedS float64, kv int64) Decision {
 		t.Helper()
-		c := newTestController(t, testConfig(), 4, 4)
+		c := newTestController(t, closedFormConfig(), 4, 4)
 		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: queuedS}, capTok)
 		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 20, KVTokens: kv}, capTok)
 		return c.Step(t0, Inputs{Arrivals: steady(1024, 64, 40), Outputs: &fakeHistory{}})
@@ -521,7 +521,7 @@ func TestReleasedPrefillBacklogMustFitDecodeKV(t *testing.T) {
 		t.Fatalf("no kv_limit gate in %+v", d.Gates)
 		return GateResult{}
 	}
-	limit := testConfig().KVHeadroom * 3 * capTok
+	limit := closedFormConfig().KVHeadroom * 3 * capTok
 	d := step(8, 25000)
 	if d.Action != ActionBlocked || d.Blocked != GateKVLimit || d.Direction != "decode_to_prefill" {
 		t.Fatalf("backlog past the decode pool left: got %s %q (%s); want blocked by kv_limit", d.Action, d.Blocked, d.Reason)
@@ -530,14 +530,14 @@ func TestReleasedPrefillBacklogMustFitDecodeKV(t *testing.T) {
 	if p.KVSurgeTokens <= limit || p.KVNeedTokens > limit || g.Value != roundJ(p.KVSurgeTokens) || g.Limit != roundJ(limit) {
 		t.Fatalf("proposal %+v, gate %+v; want the released backlog (surge) past %.0f and the predicted need within it", p, g, limit)
 	}
-	if d.Current.KVSurgeTokens > testConfig().KVHeadroom*d.Current.KVCapacityTokens {
+	if d.Current.KVSurgeTokens > closedFormConfig().KVHeadroom*d.Current.KVCapacityTokens {
 		t.Fatalf("scenario: the current split (%+v) cannot hold the release either", d.Current)
 	}
 	if d := step(0, 25000); d.Action != ActionMove || d.Direction != "decode_to_prefill" || d.Current.KVSurgeTokens != 0 {
 		t.Fatalf("no backlog: got %s %q (%s), surge %v; want a decode->prefill move", d.Action, d.Blocked, d.Reason, d.Current.KVSurgeTokens)
 	}
 	d = step(8, 46000)
-	if d.Current.KVSurgeTokens <= testConfig().KVHeadroom*d.Current.KVCapacityTokens {
+	if d.Current.KVSurgeTokens <= closedFormConfig().KVHeadroom*d.Current.KVCapacityTokens {
 		t.Fatalf("scenario: the current split (%+v) holds the release", d.Current)
 	}
 	if d.Action != ActionMove || d.Direction != "decode_to_prefill" {
@@ -556,7 +556,7 @@ func TestOverflowedOutputsCalibratedToMeasuredTPOT(t *testing.T) {
 	const capTok = 66144
 	step := func(obs PhaseObservation, queuedS float64) Decision {
 		t.Helper()
-		c := newTestController(t, testConfig(), 6, 2)
+		c := newTestController(t, closedFormConfig(), 6, 2)
 		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 40, KVTokens: capTok / 4}, capTok)
 		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: queuedS}, capTok)
 		out := &fakeHistory{overflow: buckets.Cohort{Count: 3, MaxInput: 1024, MaxOutput: 900}}
@@ -584,7 +584,7 @@ func TestOverflowedOutputsCalibratedToMeasuredTPOT(t *testing.T) {
 		queuedS float64
 	}{
 		{"no measurement", PhaseObservation{}, 0},
-		{"too few observations", PhaseObservation{Count: testConfig().MinObservations - 1, Mean: 0.3}, 0},
+		{"too few observations", PhaseObservation{Count: closedFormConfig().MinObservations - 1, Mean: 0.3}, 0},
 		{"TPOT past target", PhaseObservation{Count: 50, Mean: 0.9, Max: 1.2}, 0},
 		{"prefill queue past the SLO", low, 5},
 	} {

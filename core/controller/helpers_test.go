@@ -80,6 +80,15 @@ func testConfig() Config {
 	return c
 }
 
+// closedFormConfig: testConfig with the closed-form scoring, for the
+// tests that pin its pressures, margins and corrections (the default
+// scoring is the rollout; rollout_test.go pins that one).
+func closedFormConfig() Config {
+	c := testConfig()
+	c.Scoring = ScoringClosedForm
+	return c
+}
+
 func newTestController(t testing.TB, cfg Config, np, nd int, opts ...Option) *Controller {
 	t.Helper()
 	c, err := New(cfg, testTiming(), BuiltinProfiles(), opts...)

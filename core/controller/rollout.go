@@ -28,6 +28,14 @@ import "math"
 // in the pool's physical KV capacity waits (an admission queue, a stall
 // as a vLLM or SGLang scheduler makes it) and counts as a miss.
 //
+// Where the model's mean TTFT at the current split is more than
+// prefillContradiction times the measured one while the pool keeps up
+// (enough TTFT observations, no queue past the SLO), the prefill work of
+// every request is divided by the factor that brings the prediction to
+// that bound (measuredPrefillScale; only down): the overflow rule's
+// pricing at the largest shape must not make the rollout starve decode
+// for a prefill deficit the engines do not show.
+//
 // A split's score is the mean over the short and the long horizon's
 // demand of the requests predicted to miss per request arriving, plus the
 // requests that the backlog left at the rollout's end will cost (each
@@ -197,6 +205,7 @@ func (s *Snapshot) rolloutSplit(j int) SplitScore {
 func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) rolloutResult {
 	c := &s.cum
 	// The pools at t = 0: serving engines less the movers.
+	k := s.prefillScale[hi]
 	muP, nP := s.srv[hi].muP, s.PrefillEngines
 	capD, aD, nD := s.srv[hi].capD, s.srv[hi].aD, s.DecodeEngines
 	kvCap, kvUnknown := s.srvKVCap, s.srvKVUnknown
@@ -214,10 +223,11 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 		nP += j
 		backlog -= c.pBacklog[-j]
 	}
+	muP *= k
 	// The staying engines' backlog in requests, at the pool's mean rate.
 	queue := 0.0
 	if s.PrefillEngines > 0 && s.srv[hi].muP > 0 {
-		queue = max(0, backlog) * s.srv[hi].muP / float64(s.PrefillEngines)
+		queue = max(0, backlog) * k * s.srv[hi].muP / float64(s.PrefillEngines)
 	}
 	tau, tauD := s.Timing.TTFTSLOS, s.Timing.TPOTSLOS
 	lambda := h.RatePerS
@@ -239,7 +249,7 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 		for ; next < len(ev) && ev[next].At <= t; next++ {
 			e := &ev[next]
 			if e.Prefill {
-				muP += e.Mu[hi]
+				muP += k * e.Mu[hi]
 				nP++
 				continue
 			}
@@ -255,7 +265,7 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 		// then their own prefill.
 		a := lambda * dt
 		offered += a
-		wait := drainTime(queue, t, muP, ev[next:], hi)
+		wait := drainTime(queue, t, muP, ev[next:], hi, k)
 		var own, svc, rho float64 // own: mean own prefill; svc: mean service of all requests
 		if nP > 0 && muP > 0 {
 			svc = float64(nP) / muP
@@ -349,6 +359,44 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 	return res
 }
 
+// measuredPrefillScale is the factor k ≥ 1 by which the rollout divides
+// the prefill work of a horizon's requests when its prediction for the
+// current split is above the measured mean TTFT: a pool of n engines
+// serving muP requests/s at a load ρ = rate/muP has a mean TTFT of
+// S/(1−ρ) (M/M/1 per engine, S = n/muP); with the work divided by k it
+// is (S/k)/(1−ρ/k) = S/(k−ρ), so k = ρ + S/measured meets the
+// measurement. Only down (k ≥ 1), at most maxPrefillScale, and only
+// while the pool measurably keeps up (caller: enough observations, no
+// queue past the SLO): the reference page's overflow rule prices a
+// cohort at its largest shape, which at a short TTFT SLO over-prices
+// prefill many times over while the pool keeps up (HISTORY.md), and the
+// rollout then starves decode to feed a prefill deficit that does not
+// exist.
+func measuredPrefillScale(rate, muP float64, engines int, measuredS float64) float64 {
+	if engines <= 0 || muP <= 0 || rate <= 0 || measuredS <= 0 || math.IsInf(muP, 0) {
+		return 1
+	}
+	svc := float64(engines) / muP
+	rho := rate / muP
+	target := prefillContradiction * measuredS
+	if pred := svc / (1 - min(rho, rolloutRhoCap)); pred <= target {
+		return 1
+	}
+	return max(1, min(maxPrefillScale, rho+svc/target))
+}
+
+// prefillContradiction: how far (×) the predicted mean TTFT at the
+// current split may exceed the measured one before measuredPrefillScale
+// corrects it (to that bound, not to the measurement). Tune half, mean
+// vs static-best (scoring rollout, +0.30 without): 1 −1.92, 4 −0.12,
+// 5 +0.27, 6 +0.28, 7 +0.35, 8 +0.24, 10 +0.21; the comparable-segments
+// row's worst seed vs 10598f3 −1.46 without, −0.43 at 4–7, −1.27 at 10.
+// 6: the middle of the plateau.
+const prefillContradiction = 6.0
+
+// maxPrefillScale bounds measuredPrefillScale.
+const maxPrefillScale = 100.0
+
 // tailMinNet: the net service rate (share of the arrival rate) below
 // which a pool is assumed to work its rollout backlog off anyway, so that
 // a larger backlog always counts more misses. At 1 the backlog's excess
@@ -360,8 +408,9 @@ const tailMinNet = 1.0
 
 // drainTime is how long a pool serving mu requests/s at t, with engines
 // joining as ev says (ev sorted, all after t), takes to serve queue
-// requests; +Inf when it never does.
-func drainTime(queue, t, mu float64, ev []rolloutEvent, hi int) float64 {
+// requests; +Inf when it never does. k scales the joining engines' rates
+// (the snapshot's prefillScale).
+func drainTime(queue, t, mu float64, ev []rolloutEvent, hi int, k float64) float64 {
 	if queue <= 0 {
 		return 0
 	}
@@ -375,7 +424,7 @@ func drainTime(queue, t, mu float64, ev []rolloutEvent, hi int) float64 {
 		}
 		queue -= mu * (e.At - at)
 		at = e.At
-		mu += e.Mu[hi]
+		mu += k * e.Mu[hi]
 	}
 	if mu <= 0 {
 		return math.Inf(1)

@@ -50,26 +50,26 @@ func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol*math.M
 // 20/s wait 1 s; an engine adding 20/s at 0.5 s serves the last 10 at
 // 40/s, 0.25 s more.
 func TestRolloutDrainTime(t *testing.T) {
-	if got := drainTime(20, 0, 20, nil, 0); !near(got, 1, 1e-12) {
+	if got := drainTime(20, 0, 20, nil, 0, 1); !near(got, 1, 1e-12) {
 		t.Fatalf("drain 20 requests at 20/s: %v s, want 1", got)
 	}
 	join := []rolloutEvent{{At: 0.5, Prefill: true, Mu: [2]float64{20, 20}}}
-	if got := drainTime(20, 0, 20, join, 0); !near(got, 0.75, 1e-12) {
+	if got := drainTime(20, 0, 20, join, 0, 1); !near(got, 0.75, 1e-12) {
 		t.Fatalf("with a join at 0.5 s: %v s, want 0.75", got)
 	}
 	// Decode engines joining do not serve prefill.
 	dec := []rolloutEvent{{At: 0.5, Cap: [2]float64{99, 99}}}
-	if got := drainTime(20, 0, 20, dec, 0); !near(got, 1, 1e-12) {
+	if got := drainTime(20, 0, 20, dec, 0, 1); !near(got, 1, 1e-12) {
 		t.Fatalf("a decode join changed the prefill drain: %v s", got)
 	}
 	// No engine until one joins at 0.5 s: the queue waits for it.
-	if got := drainTime(20, 0, 0, join, 0); !near(got, 1.5, 1e-12) {
+	if got := drainTime(20, 0, 0, join, 0, 1); !near(got, 1.5, 1e-12) {
 		t.Fatalf("no engine until 0.5 s: %v s, want 0.5 + 1", got)
 	}
-	if got := drainTime(5, 0, 0, nil, 0); !math.IsInf(got, 1) {
+	if got := drainTime(5, 0, 0, nil, 0, 1); !math.IsInf(got, 1) {
 		t.Fatalf("no engine ever: %v, want +Inf", got)
 	}
-	if got := drainTime(0, 7, 0, nil, 0); got != 0 {
+	if got := drainTime(0, 7, 0, nil, 0, 1); got != 0 {
 		t.Fatalf("empty queue: %v, want 0", got)
 	}
 }
@@ -114,7 +114,7 @@ func TestRolloutWaitsOutSwitch(t *testing.T) {
 	if len(ev) != 1 || ev[0].At != 40 || !ev[0].Prefill || ev[0].Mu[1] != 1 {
 		t.Fatalf("events %+v, want one prefill engine of 1 request/s at 40 s", ev)
 	}
-	if got := drainTime(100, 0, 2, ev, 1); !near(got, 40+20.0/3, 1e-12) {
+	if got := drainTime(100, 0, 2, ev, 1, 1); !near(got, 40+20.0/3, 1e-12) {
 		t.Fatalf("drain %v s, want %v", got, 40+20.0/3)
 	}
 	p0, p1 := s.Split(0), s.Split(1)
@@ -322,5 +322,67 @@ func BenchmarkStep32(b *testing.B) {
 				c.Step(at, in)
 			}
 		})
+	}
+}
+
+// The measured-prefill correction by hand: 4 engines serving 10
+// requests/s (S = 0.4 s) at 8 requests/s (ρ = 0.8) predict a mean TTFT of
+// S/(1−ρ) = 2 s. Measured 0.1 s, six times that (0.6 s) is still below
+// the prediction: k = ρ + S/0.6 = 0.8 + 2/3, and then S/(k−ρ) = 0.6 s.
+func TestMeasuredPrefillScale(t *testing.T) {
+	if got := measuredPrefillScale(8, 10, 4, 0.1); !near(got, 0.8+0.4/0.6, 1e-12) {
+		t.Fatalf("scale %v, want %v", got, 0.8+0.4/0.6)
+	}
+	// Within prefillContradiction of the measurement: no correction.
+	if got := measuredPrefillScale(8, 10, 4, 2.0/prefillContradiction); got != 1 {
+		t.Fatalf("prediction at the bound: scale %v, want 1", got)
+	}
+	// Never upward: a measurement above the prediction changes nothing.
+	if got := measuredPrefillScale(8, 10, 4, 30); got != 1 {
+		t.Fatalf("measured above the prediction: scale %v, want 1", got)
+	}
+	// Bounded, and no correction without a pool, a rate or a measurement.
+	if got := measuredPrefillScale(1e6, 10, 4, 0.01); got != maxPrefillScale {
+		t.Fatalf("scale %v, want the bound %v", got, maxPrefillScale)
+	}
+	for _, c := range [][4]float64{{8, 10, 0, 0.1}, {8, 0, 4, 0.1}, {0, 10, 4, 0.1}, {8, 10, 4, 0}, {8, math.Inf(1), 4, 0.1}} {
+		if got := measuredPrefillScale(c[0], c[1], int(c[2]), c[3]); got != 1 {
+			t.Fatalf("measuredPrefillScale%v = %v, want 1", c, got)
+		}
+	}
+}
+
+// In a snapshot: two 1 s prefill engines at 1.9 requests/s (ρ = 0.95)
+// predict a 20 s mean TTFT; 80 observations at 0.2 × the 5 s SLO (1 s)
+// contradict it, so the rollout divides the prefill work by
+// 0.95 + 1/6 and predicts fewer misses. Not under the closed form, not
+// with too few observations, and not while the pool measures a queue
+// past the SLO.
+func TestRolloutPrefillMeasuredCorrection(t *testing.T) {
+	build := func(scoring string, queuedS float64, obs int64) *Snapshot {
+		s := rolloutSnapshot(rolloutProfile(1, 0.0001), 2, 2, queuedS, 0, 0, 100000, 1.9, 10, 30)
+		s.Config.Scoring = scoring
+		s.ObservedPrefill = PhaseObservation{Count: obs, Mean: 0.2, Max: 0.5}
+		s.prepare()
+		return s
+	}
+	plain := build(ScoringRollout, 0, 0)
+	fixed := build(ScoringRollout, 0, 80)
+	want := 0.95 + 1.0/(prefillContradiction*1)
+	for h := 0; h < 2; h++ {
+		if plain.prefillScale[h] != 1 || !near(fixed.prefillScale[h], want, 1e-9) {
+			t.Fatalf("horizon %d: scale %v without observations (want 1), %v with (want %v)", h, plain.prefillScale[h], fixed.prefillScale[h], want)
+		}
+	}
+	a, b := plain.Split(0), fixed.Split(0)
+	if !(b.MissShare < a.MissShare) || !(b.LongPrefill < a.LongPrefill) {
+		t.Fatalf("corrected split: miss %v, long prefill %v; uncorrected %v, %v: want both lower", b.MissShare, b.LongPrefill, a.MissShare, a.LongPrefill)
+	}
+	if s := build(ScoringClosedForm, 0, 80); s.prefillScale != [2]float64{1, 1} {
+		t.Fatalf("closed form: scale %v, want none", s.prefillScale)
+	}
+	// 6 s queued per engine, past the 5 s SLO: the pool is behind.
+	if s := build(ScoringRollout, 6, 80); !s.prefillBehind || s.prefillScale != [2]float64{1, 1} {
+		t.Fatalf("behind %v: scale %v, want none", s.prefillBehind, s.prefillScale)
 	}
 }

@@ -254,6 +254,9 @@ type Snapshot struct {
 	srvKVCap     float64
 	srvKVUnknown int32
 	ownCV        [2]float64
+	// prefillScale: per horizon, the rollout's prefill rate multiplier
+	// where the model contradicts the measured TTFT (measuredPrefillScale).
+	prefillScale [2]float64
 	events       []rolloutEvent
 }
 
@@ -628,6 +631,13 @@ func (s *Snapshot) prepare() {
 		s.obsP = s.RecoveryRatio
 	}
 	s.obsD = s.ObservedDecode.Mean
+	s.prefillScale = [2]float64{1, 1}
+	if s.Config.Scoring == ScoringRollout && s.Basis == BasisOfferedDemand && !s.prefillBehind &&
+		s.ObservedPrefill.Count >= s.Config.MinObservations {
+		for h, hd := range [2]*HorizonDemand{&s.Short, &s.Long} {
+			s.prefillScale[h] = measuredPrefillScale(hd.RatePerS, s.srv[h].muP, s.PrefillEngines, s.ObservedPrefill.Mean*s.Timing.TTFTSLOS)
+		}
+	}
 	s.useObserved = s.ObservedPrefill.Count >= s.Config.MinObservations || s.ObservedDecode.Count >= s.Config.MinObservations
 	if s.ObservedPrefill.Count < s.Config.MinObservations && s.Basis == BasisOfferedDemand {
 		s.obsP = 0
