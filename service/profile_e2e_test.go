@@ -25,6 +25,12 @@ import (
 // TPOT from the prior's step time at the batch Little's law gives): it
 // only has to make latency grow where capacity is short.
 func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
+	for _, scoring := range []string{controller.ScoringRollout, controller.ScoringClosedForm} {
+		t.Run(scoring, func(t *testing.T) { llama8BMoves(t, scoring) })
+	}
+}
+
+func llama8BMoves(t *testing.T, scoring string) {
 	const model, gpu = "meta-llama/Llama-3.1-8B-Instruct", "H100"
 	truth, ok := profile.Resolve(model, gpu, 1)
 	if !ok {
@@ -32,12 +38,8 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Agents.Required = true
-	cfg.Core.TTFTSLOS, cfg.Core.TPOTSLOS = 2, 0.02
-	// The moves both ways are the closed form balancing pressures: in the
-	// decode-heavy phase the truth keeps TPOT at 6 % of its SLO on two
-	// decode engines, where the rollout (the default scoring) predicts no
-	// miss and holds. The subject is the prior pricing the engines.
-	cfg.Core.Controller.Scoring = controller.ScoringClosedForm
+	cfg.Core.TTFTSLOS, cfg.Core.TPOTSLOS = 2, 0.05
+	cfg.Core.Controller.Scoring = scoring
 	rc, err := NewCore(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,11 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 	// Fluid cluster state.
 	var backlogS, seqs float64
 	var arrivalSeq int64
+	type timedEvent struct {
+		ts   int64
+		line string
+	}
+	var later []timedEvent
 	moves := map[string]int{}
 	var sawPrior bool
 	// The agent's snapshot: residency by role, the model, GPU and TP.
@@ -116,7 +123,9 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 		den := 1 - per*rate*float64(out)/nD
 		tpot := truth.Decode.A / max(den, 0.05)
 		seqs = rate * float64(out) * tpot
-		// Events: this second's arrivals, their first tokens and completions.
+		// Events: this second's arrivals now; first tokens and
+		// completions at their own times (held until the clock passes
+		// them), so that measured TTFT and TPOT are the model's.
 		var lines []string
 		k := int(rate)
 		for i := 0; i < k; i++ {
@@ -129,12 +138,24 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 				fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`, arr),
 				fmt.Sprintf(`{"type":"sized","ts_ns":%d,"arrival_ns":%d,"est_input_tokens":%d,"requested_output_tokens":%d}`, arr+1e6, arr, in, out),
 				fmt.Sprintf(`{"type":"admitted","ts_ns":%d,"engine":%q,"input_tokens":%d,"requested_output_tokens":%d}`, arr+2e6, eng, in, out),
-				fmt.Sprintf(`{"type":"tokenized","ts_ns":%d,"arrival_ns":%d,"est_input_tokens":%d,"input_tokens":%d,"requested_output_tokens":%d}`, arr+3e6, arr, in, in, out),
-				fmt.Sprintf(`{"type":"first_token","ts_ns":%d,"arrival_ns":%d}`, min(first, now), arr),
-				fmt.Sprintf(`{"type":"completed","ts_ns":%d,"arrival_ns":%d,"first_token_ns":%d,"requested_output_tokens":%d,"output_tokens":%d}`, min(done, now), arr, min(first, now), out, out))
+				fmt.Sprintf(`{"type":"tokenized","ts_ns":%d,"arrival_ns":%d,"est_input_tokens":%d,"input_tokens":%d,"requested_output_tokens":%d}`, arr+3e6, arr, in, in, out))
+			later = append(later,
+				timedEvent{first, fmt.Sprintf(`{"type":"first_token","ts_ns":%d,"arrival_ns":%d}`, first, arr)},
+				timedEvent{done, fmt.Sprintf(`{"type":"completed","ts_ns":%d,"arrival_ns":%d,"first_token_ns":%d,"requested_output_tokens":%d,"output_tokens":%d}`, done, arr, first, out, out)})
 		}
-		if len(lines) > 0 {
-			if code, reply := post(t, h, "/v1/events", testToken, strings.Join(lines, "\n")); code != http.StatusOK {
+		kept := later[:0]
+		for _, e := range later {
+			if e.ts <= now {
+				lines = append(lines, e.line)
+			} else {
+				kept = append(kept, e)
+			}
+		}
+		later = kept
+		for len(lines) > 0 { // under the events body limit
+			part := lines[:min(len(lines), 200)]
+			lines = lines[len(part):]
+			if code, reply := post(t, h, "/v1/events", testToken, strings.Join(part, "\n")); code != http.StatusOK {
 				t.Fatalf("events: %d %s", code, reply)
 			}
 		}
@@ -157,12 +178,13 @@ func TestLlama8BOnH100WithoutProfileFileMoves(t *testing.T) {
 	for i := 0; i < 150; i++ {
 		step(24, 6000, 16)
 	}
-	toPrefill := moves["decode>prefill"]
-	// Decode-heavy: 40 requests/s of 200 tokens, 400 output tokens.
+	toPrefill, backBefore := moves["decode>prefill"], moves["prefill>decode"]
+	// Decode-heavy: 80 requests/s of 200 tokens, 400 output tokens (the
+	// truth needs 4 decode engines for TPOT under 0.8 of its SLO).
 	for i := 0; i < 300; i++ {
-		step(40, 200, 400)
+		step(80, 200, 400)
 	}
-	toDecode := moves["prefill>decode"]
+	toDecode := moves["prefill>decode"] - backBefore
 	if !sawPrior {
 		t.Error("no decision named the geometry prior for Llama-3.1-8B on H100 among its profiles")
 	}
