@@ -50,10 +50,6 @@ func kubeTestConfig(pod, demandURL string) Config {
 	// The test's 80 arrivals are a prediction from few arrivals in a 2 s
 	// short window; its subject is replication, not that rule.
 	cfg.Core.Controller.PredictionArrivals = 0
-	// Its moves come from the closed form balancing pressures; the
-	// rollout (the default scoring) holds while nothing is predicted to
-	// miss, and the subject here is replication.
-	cfg.Core.Controller.Scoring = controller.ScoringClosedForm
 	k := &cfg.Kubernetes
 	k.Enabled = true
 	k.Namespace, k.PodName, k.EngineNamespace = "narwhal", pod, "llm"
@@ -177,12 +173,15 @@ func TestKubeTwoReplicas(t *testing.T) {
 
 	// 80 requests over the last 8 s, decode-heavy (200 in, 500 out), all
 	// on the follower: one decode engine is not enough for them.
+	// 80 arrivals of 1,500 output tokens in 8 s: more decode work than
+	// the one decode engine serves within the TPOT SLO (the controller's
+	// default scoring moves only for predicted misses).
 	const n = 80
 	now := time.Now().UnixNano()
 	var lines []string
 	for i := range n {
 		a := now - 8500e6 + int64(i)*100e6
-		lines = append(lines, fmt.Sprintf(`{"type":"sized","ts_ns":%d,"arrival_ns":%d,"est_input_tokens":200,"requested_output_tokens":500}`, now, a))
+		lines = append(lines, fmt.Sprintf(`{"type":"sized","ts_ns":%d,"arrival_ns":%d,"est_input_tokens":200,"requested_output_tokens":1500}`, now, a))
 	}
 	if code, reply := do(follow, http.MethodPost, "/v1/events", testToken, strings.Join(lines, "\n")); code != 200 || !strings.Contains(reply, fmt.Sprintf(`"accepted":%d,"refused":0`, n)) {
 		t.Fatalf("POST /v1/events to the follower: %d %s", code, reply)
