@@ -171,11 +171,9 @@ func TestKubeTwoReplicas(t *testing.T) {
 		t.Fatalf("delta to the follower: status %d; want 409", code)
 	}
 
-	// 80 requests over the last 8 s, decode-heavy (200 in, 500 out), all
-	// on the follower: one decode engine is not enough for them.
-	// 80 arrivals of 1,500 output tokens in 8 s: more decode work than
-	// the one decode engine serves within the TPOT SLO (the controller's
-	// default scoring moves only for predicted misses).
+	// 80 requests over the last 8 s, decode-heavy (200 in, 1,500 out),
+	// all on the follower: the one decode engine would miss the TPOT SLO
+	// (the default scoring moves only for predicted misses).
 	const n = 80
 	now := time.Now().UnixNano()
 	var lines []string
