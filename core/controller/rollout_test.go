@@ -386,3 +386,61 @@ func TestRolloutPrefillMeasuredCorrection(t *testing.T) {
 		t.Fatalf("behind %v: scale %v, want none", s.prefillBehind, s.prefillScale)
 	}
 }
+
+// Past fullScanSplits candidates the rollout's Best searches coarse to
+// fine and NeededDecodeEngines bisects: on a 200-engine fleet whose
+// prefill pool is short (a queue and a prefill-heavy load), both agree
+// with scoring every split, and the best split is a multi-engine move
+// that only the finer grids find exactly.
+func TestRolloutLargeFleetSearchMatchesFullScan(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		np, nd          int
+		queued, rate    float64
+		seqs            int64
+		wantPrefillMove bool
+	}{
+		{"prefill short", 40, 160, 20, 300, 4, true},
+		{"decode short", 160, 40, 0, 20, 400, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := rolloutSnapshot(rolloutProfile(0.2, 0.0005), tc.np, tc.nd, tc.queued, tc.seqs, tc.seqs*300, 1<<22, tc.rate, 200, 10)
+			if n := s.MaxMoves() - s.MinMoves() + 1; n <= fullScanSplits {
+				t.Fatalf("%d candidates: the test needs more than %d", n, fullScanSplits)
+			}
+			best, cur := s.Best()
+			want := cur
+			for j := s.MinMoves(); j <= s.MaxMoves(); j++ {
+				if sc := s.Split(j); sc.Score < want.Score || (sc.Score == want.Score && abs(j) < abs(want.Moves)) {
+					want = sc
+				}
+			}
+			if best.Moves != want.Moves {
+				t.Fatalf("coarse-to-fine best %d moves (score %v), full scan %d (score %v)", best.Moves, best.Score, want.Moves, want.Score)
+			}
+			if tc.wantPrefillMove != (best.Moves > 1) || (!tc.wantPrefillMove && best.Moves > -2) {
+				t.Fatalf("best %d moves: want a multi-engine move toward the short pool", best.Moves)
+			}
+			for h := 0; h < 2; h++ {
+				linear := s.PrefillEngines + s.DecodeEngines
+				for j := s.MaxMoves(); j >= s.MinMoves(); j-- {
+					sc := s.Split(j)
+					p := sc.ShortDecode
+					if h == 1 {
+						p = sc.LongDecode
+					}
+					if sc.KVCapacityTokens > 0 {
+						p = max(p, sc.KVNeedTokens/sc.KVCapacityTokens)
+					}
+					if p <= s.Config.TargetPressure {
+						linear = sc.DecodeEngines
+						break
+					}
+				}
+				if got := s.NeededDecodeEngines(h); got != linear {
+					t.Fatalf("horizon %d: bisection needs %d decode engines, a full scan %d", h, got, linear)
+				}
+			}
+		})
+	}
+}

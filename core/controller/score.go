@@ -313,9 +313,11 @@ func (s *Snapshot) decodeFloor(aSum float64, n int) float64 {
 
 // NeededDecodeEngines is the smallest decode pool (over this snapshot's
 // split order) whose decode pressure on horizon h (0 short, 1 long) is at
-// or under the target; all live serving engines when none is.
+// or under the target; all live serving engines when none is. Rollout
+// scores over more than fullScanSplits candidates are searched by
+// bisection (fewer decode engines never lower the decode pressure).
 func (s *Snapshot) NeededDecodeEngines(h int) int {
-	for j := s.MaxMoves(); j >= s.MinMoves(); j-- {
+	ok := func(j int) (int, bool) {
 		sc := s.Split(j)
 		p := sc.ShortDecode
 		if h == 1 {
@@ -324,26 +326,78 @@ func (s *Snapshot) NeededDecodeEngines(h int) int {
 		if sc.KVCapacityTokens > 0 {
 			p = max(p, sc.KVNeedTokens/sc.KVCapacityTokens)
 		}
-		if p <= s.Config.TargetPressure {
-			return sc.DecodeEngines
+		return sc.DecodeEngines, p <= s.Config.TargetPressure
+	}
+	lo, hi := s.MinMoves(), s.MaxMoves()
+	if !s.byRollout() || hi-lo+1 <= fullScanSplits {
+		for j := hi; j >= lo; j-- {
+			if n, good := ok(j); good {
+				return n
+			}
+		}
+		return s.PrefillEngines + s.DecodeEngines
+	}
+	n, good := ok(lo)
+	if !good {
+		return s.PrefillEngines + s.DecodeEngines
+	}
+	for lo < hi { // ok(lo) holds; find the largest such j
+		mid := lo + (hi-lo+1)/2
+		if m, g := ok(mid); g {
+			lo, n = mid, m
+		} else {
+			hi = mid - 1
 		}
 	}
-	return s.PrefillEngines + s.DecodeEngines
+	return n
 }
 
+// fullScanSplits: up to this many candidate splits (fleets of up to 32
+// live serving engines) every split is scored. Beyond it the rollout,
+// about 20 µs a split, searches coarse to fine so that a step stays
+// within its 1 ms budget at 512 engines (benchmarks/README.md); the
+// closed form, O(1) a split, always scores every one.
+const fullScanSplits = 33
+
 // Best returns the split with the lowest score (ties: fewest moves, then
-// prefer the current direction order) and the current split.
+// prefer the current direction order) and the current split. Over more
+// than fullScanSplits rollout candidates it scores the single moves and
+// a grid of 16 across the range, then the two splits half a step either
+// side of the best so far, halving the step down to single engines.
 func (s *Snapshot) Best() (best, current SplitScore) {
 	current = s.Split(0)
 	best = current
-	for j := s.MinMoves(); j <= s.MaxMoves(); j++ {
-		if j == 0 {
-			continue
+	lo, hi := s.MinMoves(), s.MaxMoves()
+	consider := func(j int) {
+		if j == 0 || j < lo || j > hi {
+			return
 		}
 		sc := s.Split(j)
 		if sc.Score < best.Score || (sc.Score == best.Score && abs(j) < abs(best.Moves)) {
 			best = sc
 		}
+	}
+	if !s.byRollout() || hi-lo+1 <= fullScanSplits {
+		for j := lo; j <= hi; j++ {
+			consider(j)
+		}
+		return best, current
+	}
+	step := (hi - lo + 15) / 16
+	consider(-1)
+	consider(1)
+	for j := lo; j < hi; j += step {
+		consider(j)
+	}
+	consider(hi)
+	for step > 1 {
+		c, next := best.Moves, (step+1)/2
+		for j := c - step + next; j < c+step; j += next {
+			if j != c {
+				consider(j)
+			}
+		}
+		step = next
 	}
 	return best, current
 }
