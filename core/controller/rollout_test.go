@@ -424,16 +424,8 @@ func TestRolloutLargeFleetSearchMatchesFullScan(t *testing.T) {
 			for h := 0; h < 2; h++ {
 				linear := s.PrefillEngines + s.DecodeEngines
 				for j := s.MaxMoves(); j >= s.MinMoves(); j-- {
-					sc := s.Split(j)
-					p := sc.ShortDecode
-					if h == 1 {
-						p = sc.LongDecode
-					}
-					if sc.KVCapacityTokens > 0 {
-						p = max(p, sc.KVNeedTokens/sc.KVCapacityTokens)
-					}
-					if p <= s.Config.TargetPressure {
-						linear = sc.DecodeEngines
+					if n, ok := s.decodeWithinTarget(j, h); ok {
+						linear = n
 						break
 					}
 				}

@@ -317,17 +317,7 @@ func (s *Snapshot) decodeFloor(aSum float64, n int) float64 {
 // scores over more than fullScanSplits candidates are searched by
 // bisection (fewer decode engines never lower the decode pressure).
 func (s *Snapshot) NeededDecodeEngines(h int) int {
-	ok := func(j int) (int, bool) {
-		sc := s.Split(j)
-		p := sc.ShortDecode
-		if h == 1 {
-			p = sc.LongDecode
-		}
-		if sc.KVCapacityTokens > 0 {
-			p = max(p, sc.KVNeedTokens/sc.KVCapacityTokens)
-		}
-		return sc.DecodeEngines, p <= s.Config.TargetPressure
-	}
+	ok := func(j int) (int, bool) { return s.decodeWithinTarget(j, h) }
 	lo, hi := s.MinMoves(), s.MaxMoves()
 	if !s.byRollout() || hi-lo+1 <= fullScanSplits {
 		for j := hi; j >= lo; j-- {
@@ -350,6 +340,21 @@ func (s *Snapshot) NeededDecodeEngines(h int) int {
 		}
 	}
 	return n
+}
+
+// decodeWithinTarget scores the split of j moves and reports its decode
+// engines and whether its decode pressure on horizon h (KV included) is
+// at or under the target.
+func (s *Snapshot) decodeWithinTarget(j, h int) (int, bool) {
+	sc := s.Split(j)
+	p := sc.ShortDecode
+	if h == 1 {
+		p = sc.LongDecode
+	}
+	if sc.KVCapacityTokens > 0 {
+		p = max(p, sc.KVNeedTokens/sc.KVCapacityTokens)
+	}
+	return sc.DecodeEngines, p <= s.Config.TargetPressure
 }
 
 // fullScanSplits: up to this many candidate splits (fleets of up to 32
