@@ -87,14 +87,12 @@ func ownPrefillCV(p *Profile, h *HorizonDemand) float64 {
 	return min(maxOwnCV, sd/m)
 }
 
-// rolloutEvents fills s.events with the engines joining a pool under the
-// split of j moves, sorted by time: engines already in transition (at
-// the switch time after their move began) and the split's movers (at
-// their drain time plus the switch time).
-func (s *Snapshot) rolloutEvents(j int) []rolloutEvent {
-	ev := s.events[:0]
+// transitEvents fills s.transit with the engines already in transition,
+// joining their target pool at the switch time after their move began
+// (the same for every candidate split: prepare computes it once).
+func (s *Snapshot) transitEvents() {
+	s.transit = s.transit[:0]
 	hz := [2]*HorizonDemand{&s.Short, &s.Long}
-	c := &s.cum
 	for i := range s.Engines {
 		e := &s.Engines[i]
 		if e.State == StateServing || !e.Live || (e.TargetRole != RolePrefill && e.TargetRole != RoleDecode) {
@@ -109,8 +107,17 @@ func (s *Snapshot) rolloutEvents(j int) []rolloutEvent {
 		for h := 0; h < 2; h++ {
 			r.Mu[h], r.Cap[h] = prefillRate(p, hz[h]), decodeCap(p, hz[h])
 		}
-		ev = append(ev, r)
+		s.transit = append(s.transit, r)
 	}
+}
+
+// rolloutEvents fills s.events with the engines joining a pool under the
+// split of j moves, sorted by time: engines already in transition
+// (s.transit) and the split's movers (at their drain time plus the
+// switch time).
+func (s *Snapshot) rolloutEvents(j int) []rolloutEvent {
+	ev := append(s.events[:0], s.transit...)
+	c := &s.cum
 	for k := 0; k < j; k++ { // decode engines to prefill
 		r := rolloutEvent{At: s.Engines[s.dm[k]].DrainS + s.SwitchS, Prefill: true}
 		for h := 0; h < 2; h++ {

@@ -257,6 +257,7 @@ type Snapshot struct {
 	// prefillScale: per horizon, the rollout's prefill rate multiplier
 	// where the model contradicts the measured TTFT (measuredPrefillScale).
 	prefillScale [2]float64
+	transit      []rolloutEvent // engines in transition (transitEvents)
 	events       []rolloutEvent
 }
 
@@ -292,7 +293,7 @@ func (s *Snapshot) clone() *Snapshot {
 	n.Engines = slices.Clone(s.Engines)
 	n.pm, n.dm = nil, nil
 	n.cum = cumulative{}
-	n.events = nil
+	n.events, n.transit = nil, nil
 	n.prepare()
 	return &n
 }
@@ -491,7 +492,6 @@ func (s *Snapshot) prepare() {
 			}
 		}
 	}
-	mu, capT := prefillRate, decodeCap // requests/s one engine serves; decode tokens/s one engine can reach
 	c := &s.cum
 	grow := func(b []float64, n int) []float64 {
 		if cap(b) < n {
@@ -525,10 +525,10 @@ func (s *Snapshot) prepare() {
 		e := &s.Engines[i]
 		p := s.profileOf(e)
 		for h := 0; h < 2; h++ {
-			m := mu(p, hz[h])
+			m := prefillRate(p, hz[h])
 			s.base[h].muP += m
 			c.pMu[h][k+1] = c.pMu[h][k] + m
-			c.pCap[h][k+1] = c.pCap[h][k] + capT(p, hz[h])
+			c.pCap[h][k+1] = c.pCap[h][k] + decodeCap(p, hz[h])
 		}
 		c.pA[k+1] = c.pA[k] + p.Decode.A
 		bl := e.Resident.QueuedPrefillS + e.Resident.RunningPrefillS
@@ -545,10 +545,10 @@ func (s *Snapshot) prepare() {
 		e := &s.Engines[i]
 		p := s.profileOf(e)
 		for h := 0; h < 2; h++ {
-			cp := capT(p, hz[h])
+			cp := decodeCap(p, hz[h])
 			s.base[h].capD += cp
 			s.base[h].aD += p.Decode.A
-			c.dMu[h][k+1] = c.dMu[h][k] + mu(p, hz[h])
+			c.dMu[h][k+1] = c.dMu[h][k] + prefillRate(p, hz[h])
 			c.dCap[h][k+1] = c.dCap[h][k] + cp
 		}
 		c.dA[k+1] = c.dA[k] + p.Decode.A
@@ -569,6 +569,7 @@ func (s *Snapshot) prepare() {
 	for h := 0; h < 2; h++ {
 		s.ownCV[h] = ownPrefillCV(ref, hz[h])
 	}
+	s.transitEvents()
 
 	// Engines moving toward a role count in it (capacity, KV), not as
 	// movers: a split is where the pools stand once in-flight moves land.
@@ -581,11 +582,11 @@ func (s *Snapshot) prepare() {
 		switch e.TargetRole {
 		case RolePrefill:
 			for h := 0; h < 2; h++ {
-				s.base[h].muP += mu(p, hz[h])
+				s.base[h].muP += prefillRate(p, hz[h])
 			}
 		case RoleDecode:
 			for h := 0; h < 2; h++ {
-				s.base[h].capD += capT(p, hz[h])
+				s.base[h].capD += decodeCap(p, hz[h])
 				s.base[h].aD += p.Decode.A
 			}
 			c.kvCapD += float64(e.KVCapacityTokens)
@@ -632,8 +633,7 @@ func (s *Snapshot) prepare() {
 	}
 	s.obsD = s.ObservedDecode.Mean
 	s.prefillScale = [2]float64{1, 1}
-	if s.Config.Scoring == ScoringRollout && s.Basis == BasisOfferedDemand && !s.prefillBehind &&
-		s.ObservedPrefill.Count >= s.Config.MinObservations {
+	if s.byRollout() && !s.prefillBehind && s.ObservedPrefill.Count >= s.Config.MinObservations {
 		for h, hd := range [2]*HorizonDemand{&s.Short, &s.Long} {
 			s.prefillScale[h] = measuredPrefillScale(hd.RatePerS, s.srv[h].muP, s.PrefillEngines, s.ObservedPrefill.Mean*s.Timing.TTFTSLOS)
 		}
