@@ -737,14 +737,23 @@ func (c *Controller) decide(nowNs int64) Decision {
 	k := min(abs(best.Moves), c.cfg.MaxMovesPerStep)
 	// More than one engine only when measured latencies confirm the
 	// destination is past its SLO (not a prediction from a few arrivals).
-	dstObs := s.ObservedPrefill
+	// Engines already moving to the destination land after the
+	// measurement was taken: it confirms only the deficit they leave, so
+	// its latency (and the prefill queue) is rescaled to the pool with
+	// them, as scaleObserved rescales an observation for a split. (The
+	// current split's KV capacity counts them already.)
+	dstObs, nDst, inDst := s.ObservedPrefill, s.PrefillEngines, s.IncomingPrefill
 	if dir < 0 {
-		dstObs = s.ObservedDecode
+		dstObs, nDst, inDst = s.ObservedDecode, s.DecodeEngines, s.IncomingDecode
 	}
-	confirmed := dstObs.past(1, c.cfg)
+	obsDst := dstObs.Mean
+	if nDst > 0 && inDst > 0 {
+		obsDst = scaleObserved(obsDst, nDst, nDst+inDst)
+	}
+	confirmed := dstObs.Count >= c.cfg.MinObservations && obsDst > 1
 	// The prefill queue is measured too: first tokens report a backlog
 	// only once it is served, long after it formed.
-	if dir > 0 && s.prefillBehind {
+	if dir > 0 && s.prefillBehind && (s.RunningPrefillS+s.QueuedPrefillS)/(float64(nDst+inDst)*s.Timing.TTFTSLOS) > 1 {
 		confirmed = true
 	}
 	// So is decode KV: resident KV measured past the target pressure of

@@ -194,13 +194,18 @@ func TestReversalNeedsMoreConfirmations(t *testing.T) {
 
 // TestLiveAvailabilityConfirmedSameDirection: an engine already moving
 // toward prefill does not block a measured prefill deficit (it is scored
-// as prefill); an engine moving the other way still blocks.
+// as prefill); an engine moving the other way still blocks. The queue
+// confirms the deficit counted over the pool with the incoming engine:
+// 4 × 0.3 s queued over 4 engines × 0.25 s is 1.2, but over 5 it is
+// 0.96, which the incoming engine covers: blocked.
 func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		target Role
+		queued float64
 		want   bool
-	}{{"toward the destination", RolePrefill, true}, {"away from it", RoleDecode, false}} {
+	}{{"toward the destination", RolePrefill, 2, true}, {"away from it", RoleDecode, 2, false},
+		{"toward it, a queue it covers", RolePrefill, 0.3, false}} {
 		cfg := closedFormConfig()
 		cfg.DrainCostWeight = 1 // moving the queued prefill engines away is no way out
 		c := newTestController(t, cfg, 4, 4)
@@ -211,11 +216,56 @@ func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 		if err := c.UpsertEngine(Engine{ID: "x-moving", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: from, State: StateDraining, TargetRole: tc.target, Live: true}); err != nil {
 			t.Fatal(err)
 		}
-		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: 2}, 66144)
+		setResident(t, c, RolePrefill, t0, Resident{QueuedPrefillS: tc.queued}, 66144)
 		d := c.Step(t0, Inputs{Arrivals: steady(1024, 16, 5), Outputs: &fakeHistory{}})
+		if tc.target == RolePrefill && d.Best.PrefillEngines <= d.Current.PrefillEngines {
+			t.Fatalf("%s: want a best split toward prefill; got current %+v best %+v", tc.name, d.Current, d.Best)
+		}
 		moved := d.Action == ActionMove && len(d.Moves) > 0 && d.Moves[0].To == RolePrefill
 		if moved != tc.want || (!tc.want && d.Blocked != GateLiveAvailability) {
 			t.Fatalf("%s: got %s %q (%s); want move=%v cur %+v best %+v", tc.name, d.Action, d.Blocked, d.Reason, tc.want, d.Current, d.Best)
+		}
+	}
+}
+
+// TestInFlightEnginesDiscountTheConfirmation: a decode latency measured
+// while an engine is still moving to decode confirms only the deficit
+// that engine leaves: the observed TPOT ratio is rescaled from the 2
+// serving decode engines to the 3 there will be (×2/3). At 1.4 (0.93
+// once the mover lands) the deficit is not confirmed, so live_availability
+// holds every further move until the mover lands; at 1.6 (1.07) it is,
+// and more engines follow. Without the mover, 1.4 confirms as before.
+func TestInFlightEnginesDiscountTheConfirmation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mover  bool
+		obs    float64
+		moved  bool
+		minMov int
+	}{
+		{"1.4 with one in flight: 0.93", true, 1.4, false, 0},
+		{"1.6 with one in flight: 1.07", true, 1.6, true, 2},
+		{"1.4 with none in flight", false, 1.4, true, 2},
+	} {
+		c := newTestController(t, testConfig(), 5, 2)
+		if tc.mover {
+			if err := c.UpsertEngine(Engine{ID: "x-moving", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RolePrefill, State: StateDraining, TargetRole: RoleDecode, Live: true, KVCapacityTokens: 66144}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			addEngines(t, c, 0, 0)
+			if err := c.UpsertEngine(Engine{ID: "x-serving", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RolePrefill, Live: true, KVCapacityTokens: 66144}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		obs := PhaseObservation{Count: 100, Mean: tc.obs, Max: tc.obs}
+		d := c.Step(t0, Inputs{Arrivals: steady(256, 512, 30), Outputs: &fakeHistory{}, ObservedDecode: obs})
+		if d.Best.DecodeEngines-d.Current.DecodeEngines < 2 {
+			t.Fatalf("%s: want a best split at least 2 engines toward decode; got current %+v best %+v", tc.name, d.Current, d.Best)
+		}
+		moved := d.Action == ActionMove && len(d.Moves) > 0 && d.Moves[0].To == RoleDecode
+		if moved != tc.moved || len(d.Moves) < tc.minMov || (!tc.moved && d.Blocked != GateLiveAvailability) {
+			t.Fatalf("%s: got %s %q (%s), %d moves; want moved=%v with at least %d (or blocked by live_availability)", tc.name, d.Action, d.Blocked, d.Reason, len(d.Moves), tc.moved, tc.minMov)
 		}
 	}
 }
