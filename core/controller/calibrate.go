@@ -222,6 +222,9 @@ func (r *rls) weights() (w [calibBins]float64) {
 		op = r.opX / r.opW
 	}
 	for b := range w {
+		if r.bins[b].n == 0 {
+			continue // fit skips it
+		}
 		d := (float64(b) + 0.5 - op) / calibBinsPerOctave / calibLocalOctaves
 		w[b] = max(calibLocalFloor, math.Exp(-d*d/2))
 	}

@@ -268,3 +268,33 @@ func TestCalibrationPricesTheOperatingRegime(t *testing.T) {
 	run(60, 20, 80)
 	check(50, 0.02)
 }
+
+// BenchmarkObserveLatency: one engine's interval learned into its
+// profile, at batches across the regime switch (the local fit's path).
+func BenchmarkObserveLatency(b *testing.B) {
+	start := Profile{Model: "m", GPU: "g", TP: 1, Origin: OriginPrior, HasDecode: true,
+		Decode: DecodeFit{A: 0.023, PerSeq: 4.8e-5, PerCtxToken: 2.3e-7, MaxCtxPerSeq: 1 << 20}}
+	set, err := NewProfileSet(start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := New(DefaultConfig(), testTiming(), set)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.UpsertEngine(Engine{ID: "e1", Model: "m", GPU: "g", Role: RoleDecode, Live: true}); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	ivs := make([]LatencyInterval, 256)
+	for i := range ivs {
+		ivs[i] = twoRegimeInterval(r, 10+180*r.Float64())
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.ObserveLatency("e1", int64(i+1)*1e8, ivs[i%len(ivs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
