@@ -109,10 +109,10 @@ type ProfileCalibration struct {
 // by batch). Measured (benchmarks/slo/PROFILES.md): the issue's
 // concatenation at seed 2, prior + calibrate after the warm-up, 88.11 →
 // 89.25 % (exact 90.13 %); every other cell within 0.25 pt, the scenario
-// suite's tune half unchanged (+0.27, 27/32: no Splitwise engine
-// crosses the residual test). A width of 0.5 or 0.4 octave without the
-// residual test lost up to 6 pt on the same row at seed 1, and applied
-// always (no residual test) cost the tune half 0.21 pt (HISTORY.md).
+// suite's tune and held halves unchanged (+0.27 and −3.91, 27/32 each).
+// A narrower kernel (0.4 octave, or 0.5 without the floor) lost 6 pt on
+// the same row at seed 1, and the local fit applied always (no residual
+// test) cost the tune half 0.21 pt (benchmarks/slo/HISTORY.md).
 const (
 	calibTauNs = int64(120e9)
 	calibRidge = 2.0
@@ -170,7 +170,7 @@ func binOf(x float64) (int, float64) {
 	if !(x >= 1) {
 		return 0, 0
 	}
-	l := math.Log2(x) * calibBinsPerOctave
+	l := min(math.Log2(x)*calibBinsPerOctave, calibBins)
 	return min(int(l), calibBins-1), l
 }
 
