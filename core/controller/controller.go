@@ -753,7 +753,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	confirmed := dstObs.Count >= c.cfg.MinObservations && obsDst > 1
 	// The prefill queue is measured too: first tokens report a backlog
 	// only once it is served, long after it formed.
-	if dir > 0 && s.prefillBehind && (s.RunningPrefillS+s.QueuedPrefillS)/(float64(nDst+inDst)*s.Timing.TTFTSLOS) > 1 {
+	if dir > 0 && s.prefillBehind {
 		confirmed = true
 	}
 	// So is decode KV: resident KV measured past the target pressure of

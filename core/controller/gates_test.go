@@ -194,10 +194,10 @@ func TestReversalNeedsMoreConfirmations(t *testing.T) {
 
 // TestLiveAvailabilityConfirmedSameDirection: an engine already moving
 // toward prefill does not block a measured prefill deficit (it is scored
-// as prefill); an engine moving the other way still blocks. The queue
-// confirms the deficit counted over the pool with the incoming engine:
-// 4 × 0.3 s queued over 4 engines × 0.25 s is 1.2, but over 5 it is
-// 0.96, which the incoming engine covers: blocked.
+// as prefill); an engine moving the other way still blocks. A measured
+// prefill queue confirms in full, the engines in flight not counted: 4 ×
+// 0.3 s queued over 4 engines × 0.25 s is 1.2 (0.96 over 5, yet the queue
+// grows until the mover lands): it moves.
 func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -205,7 +205,7 @@ func TestLiveAvailabilityConfirmedSameDirection(t *testing.T) {
 		queued float64
 		want   bool
 	}{{"toward the destination", RolePrefill, 2, true}, {"away from it", RoleDecode, 2, false},
-		{"toward it, a queue it covers", RolePrefill, 0.3, false}} {
+		{"toward it, a queue past the SLO without it", RolePrefill, 0.3, true}} {
 		cfg := closedFormConfig()
 		cfg.DrainCostWeight = 1 // moving the queued prefill engines away is no way out
 		c := newTestController(t, cfg, 4, 4)
