@@ -149,6 +149,10 @@
 // (half × all/shifting/stationary) the distribution (mean, p10, worst,
 // count below zero) of its attainment minus static-best's and minus
 // threshold's, in points, and moves and quick reversals per hour.
+// SuiteOptions.Oracle (--oracle) also searches each scenario's hindsight
+// schedule from static-best's split (suite_oracle.go; cached with the
+// baseline) and adds an "oracle" row (oracle − static-best: the headroom
+// any dynamic schedule has, a lower bound) and narwhal − oracle.
 //
 // # Library use (the demo main job)
 //

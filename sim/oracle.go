@@ -38,23 +38,42 @@ func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Res
 	if o.progress != nil {
 		fmt.Fprintf(o.progress, "oracle: starting from static-best static:%d slo_attainment=%.4f\n", *sb.BestSplit, sb.SLOAttainment)
 	}
-	nw := int(reqs[len(reqs)-1].ArrivalNs/int64(OracleWindowS*1e9)) + 1
-	split := make([]int, nw)
-	for k := range split {
-		split[k] = *sb.BestSplit
-	}
-	first, err := runPolicies(ctx, cfg, reqs, o, []string{oracleSchedule(cfg, split)}, nil)
+	best, split, _, err := oracleSearch(ctx, cfg, reqs, o, *sb.BestSplit, "oracle")
 	if err != nil {
 		return nil, err
 	}
-	best := first[0]
+	if o.progress != nil {
+		fmt.Fprintf(o.progress, "oracle: slo_attainment=%.4f (static-best %.4f)\n", best.SLOAttainment, sb.SLOAttainment)
+	}
+	out := *best
+	out.Policy = "oracle"
+	out.Schedule = strings.TrimPrefix(oracleSchedule(cfg, split), "scheduled:")
+	out.WallSeconds = time.Since(start).Seconds()
+	return &out, nil
+}
+
+// oracleSearch is the hindsight search from the schedule holding start
+// in every window: it returns the best run found, its split per window
+// and the runs made. label prefixes its progress lines (at most one per
+// 5 s, and one per pass, on o.progress).
+func oracleSearch(ctx context.Context, cfg Config, reqs []Request, o options, start int, label string) (*Result, []int, int, error) {
+	nw := int(reqs[len(reqs)-1].ArrivalNs/int64(OracleWindowS*1e9)) + 1
+	split := make([]int, nw)
+	for k := range split {
+		split[k] = start
+	}
+	first, err := runPolicies(ctx, cfg, reqs, o, []string{oracleSchedule(cfg, split)}, nil)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	best, runs := first[0], 1
 	met := func(r *Result) float64 { return r.SLOAttainment * float64(r.Requests) }
 	lastNote := time.Now()
 	for pass := 0; pass < OraclePasses; pass++ {
 		gained := false
 		for k := 0; k < nw; k++ {
 			if o.progress != nil && time.Since(lastNote) >= 5*time.Second {
-				fmt.Fprintf(o.progress, "oracle: pass %d, window %d of %d: slo_attainment=%.4f\n", pass+1, k+1, nw, best.SLOAttainment)
+				fmt.Fprintf(o.progress, "%s: pass %d, window %d of %d: slo_attainment=%.4f\n", label, pass+1, k+1, nw, best.SLOAttainment)
 				lastNote = time.Now()
 			}
 			var cands [][]int
@@ -69,8 +88,9 @@ func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Res
 			}
 			res, err := runPolicies(ctx, cfg, reqs, o, pols, nil)
 			if err != nil {
-				return nil, err
+				return nil, nil, 0, err
 			}
+			runs += len(res)
 			for i := range cands {
 				if met(res[i]) > met(best) {
 					best, split, gained = res[i], cands[i], true
@@ -78,17 +98,13 @@ func runOracle(ctx context.Context, cfg Config, reqs []Request, o options) (*Res
 			}
 		}
 		if o.progress != nil {
-			fmt.Fprintf(o.progress, "oracle: pass %d: slo_attainment=%.4f (static-best %.4f)\n", pass+1, best.SLOAttainment, sb.SLOAttainment)
+			fmt.Fprintf(o.progress, "%s: pass %d: slo_attainment=%.4f\n", label, pass+1, best.SLOAttainment)
 		}
 		if !gained {
 			break
 		}
 	}
-	out := *best
-	out.Policy = "oracle"
-	out.Schedule = strings.TrimPrefix(oracleSchedule(cfg, split), "scheduled:")
-	out.WallSeconds = time.Since(start).Seconds()
-	return &out, nil
+	return best, split, runs, nil
 }
 
 // oracleSchedule is the scheduled policy holding split[k] from k windows

@@ -53,6 +53,12 @@ type SuiteOptions struct {
 	// a hook that sees every decision of it, and a function called after
 	// the run (e.g. to write a journal file per scenario and variant).
 	Decisions func(scenario, variant string) (func(controller.Decision), func())
+	// Oracle also searches each scenario's hindsight schedule from
+	// static-best (suite_oracle.go), cached in Baselines beside
+	// static-best, and reports it (ScenarioResult.Oracle, the "oracle"
+	// summary rows, SuiteRow.VsOracle). Without it a cached oracle is
+	// kept in the cache and not reported.
+	Oracle bool
 }
 
 // Outcome is one policy's result on one scenario.
@@ -98,6 +104,10 @@ type SuiteBaseline struct {
 	InRange   bool    `json:"in_range"`
 	Evals     int     `json:"static_runs"` // static runs the calibration took
 	Threshold Outcome `json:"threshold"`
+	// Oracle caches the scenario's hindsight schedule (SuiteOptions.Oracle;
+	// valid while its Key is oracleKey of this baseline). Only in the cache:
+	// the suite reports it as ScenarioResult.Oracle.
+	Oracle *SuiteOracle `json:"oracle,omitempty"`
 }
 
 // ScenarioResult is one scenario's outcome.
@@ -108,6 +118,8 @@ type ScenarioResult struct {
 	// InitialPrefill: the prefill engines narwhal and threshold start with.
 	InitialPrefill int     `json:"initial_prefill"`
 	WallS          float64 `json:"wall_s"`
+	// Oracle: the hindsight schedule from static-best (SuiteOptions.Oracle).
+	Oracle *ScenarioOracle `json:"oracle,omitempty"`
 }
 
 // suiteBaselineVersion is part of every baseline cache key: bump it when
@@ -143,6 +155,9 @@ func RunSuite(ctx context.Context, scenarios []Scenario, o SuiteOptions) ([]Scen
 		return nil, fmt.Errorf("sim: suite: no narwhal variant: %w", ErrBadConfig)
 	}
 	par := max(o.Parallel, 1)
+	if o.Progress != nil { // the oracle's lines come from the scenarios' goroutines
+		o.Progress = &lockedWriter{w: o.Progress}
+	}
 	out := make([]ScenarioResult, len(scenarios))
 	errs := make([]error, len(scenarios))
 	var mu sync.Mutex
@@ -165,7 +180,7 @@ func RunSuite(ctx context.Context, scenarios []Scenario, o SuiteOptions) ([]Scen
 			mu.Lock()
 			bl, hit := o.Baselines[key]
 			mu.Unlock()
-			r, err := runScenario(ctx, sc, o, key, bl, hit)
+			r, entry, err := runScenario(ctx, sc, o, key, bl, hit)
 			errs[i] = err
 			if err != nil {
 				return
@@ -174,7 +189,7 @@ func RunSuite(ctx context.Context, scenarios []Scenario, o SuiteOptions) ([]Scen
 			mu.Lock()
 			defer mu.Unlock()
 			if o.Baselines != nil {
-				o.Baselines[key] = r.Baseline
+				o.Baselines[key] = entry
 			}
 			done++
 			if o.Progress != nil {
@@ -184,6 +199,10 @@ func RunSuite(ctx context.Context, scenarios []Scenario, o SuiteOptions) ([]Scen
 				for _, v := range o.Variants {
 					n := r.Narwhal[v.Name]
 					fmt.Fprintf(o.Progress, ", %s %.2f%% (%d moves, %d quick rev.)", v.Name, 100*n.Attainment, n.Moves, n.QuickReversals)
+				}
+				if r.Oracle != nil {
+					fmt.Fprintf(o.Progress, ", oracle %.2f%% (%+.2f pt vs static-best, %d moves, %d runs)",
+						100*r.Oracle.Outcome.Attainment, r.Oracle.VsStaticBest, r.Oracle.Outcome.Moves, r.Oracle.Runs)
 				}
 				fmt.Fprintf(o.Progress, "; %.0f s (total %.0f s)\n", r.WallS, time.Since(start).Seconds())
 			}
@@ -210,24 +229,26 @@ func scenarioConfig(sc Scenario, ttft, tpot float64) (Config, error) {
 	return cfg.Normalize()
 }
 
-func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, bl SuiteBaseline, hit bool) (ScenarioResult, error) {
+// runScenario runs one scenario; it returns the result and the entry to
+// cache (the baseline, with the oracle when one was searched or cached).
+func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, bl SuiteBaseline, hit bool) (ScenarioResult, SuiteBaseline, error) {
 	start := time.Now()
 	res := ScenarioResult{Scenario: sc, Narwhal: map[string]Outcome{}}
 	var reqs []Request
 	var err error
 	if hit {
 		if reqs, _, _, err = sc.Workload(o.Sources, bl.RateScale); err != nil {
-			return res, err
+			return res, bl, err
 		}
 	} else {
 		if bl, reqs, err = calibrate(ctx, sc, o); err != nil {
-			return res, err
+			return res, bl, err
 		}
 		bl.Key = key
 	}
 	cfg, err := scenarioConfig(sc, bl.TTFTSLOS, bl.TPOTSLOS)
 	if err != nil {
-		return res, err
+		return res, bl, err
 	}
 	if !o.EvenStart {
 		cfg.InitialPrefill = openingSplit(cfg, reqs)
@@ -237,10 +258,20 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 	c.Policy = "threshold"
 	r, err := Run(ctx, c, reqs)
 	if err != nil {
-		return res, err
+		return res, bl, err
 	}
 	bl.Threshold = outcomeOf(r)
 	res.Baseline = bl
+	res.Baseline.Oracle = nil
+	if o.Oracle {
+		if bl.Oracle == nil || bl.Oracle.Key != oracleKey(key, bl.BestSplit) {
+			c := cfg
+			if bl.Oracle, err = suiteOracle(ctx, sc.Name, c, reqs, bl, o.Progress); err != nil {
+				return res, bl, err
+			}
+		}
+		res.Oracle = &ScenarioOracle{SuiteOracle: *bl.Oracle, VsStaticBest: 100 * (bl.Oracle.Outcome.Attainment - bl.StaticBest)}
+	}
 	for _, v := range o.Variants {
 		c := cfg
 		c.Policy = "narwhal"
@@ -262,15 +293,15 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 			after()
 		}
 		if err != nil {
-			return res, fmt.Errorf("variant %s: %w", v.Name, err)
+			return res, bl, fmt.Errorf("variant %s: %w", v.Name, err)
 		}
 		if r.CoreErrors > 0 {
-			return res, fmt.Errorf("variant %s: %d core errors, last: %s", v.Name, r.CoreErrors, r.LastCoreError)
+			return res, bl, fmt.Errorf("variant %s: %d core errors, last: %s", v.Name, r.CoreErrors, r.LastCoreError)
 		}
 		res.Narwhal[v.Name] = outcomeOf(r)
 	}
 	res.WallS = time.Since(start).Seconds()
-	return res, nil
+	return res, bl, nil
 }
 
 // calibrate searches the rate scale x at which static-best attains the
@@ -535,8 +566,13 @@ type SuiteRow struct {
 	MeanAttainment float64     `json:"mean_attainment"`
 	VsStaticBest   DeltaStats  `json:"vs_static_best"`
 	VsThreshold    *DeltaStats `json:"vs_threshold,omitempty"`
-	MovesPerHour   float64     `json:"moves_per_hour"`
-	QuickRevPerH   float64     `json:"quick_reversals_per_hour"`
+	// VsOracle: a narwhal variant's attainment minus the hindsight
+	// schedule's, in points (only with SuiteOptions.Oracle). The oracle's
+	// own rows (Policy "oracle") carry oracle − static-best in
+	// VsStaticBest.
+	VsOracle     *DeltaStats `json:"vs_oracle,omitempty"`
+	MovesPerHour float64     `json:"moves_per_hour"`
+	QuickRevPerH float64     `json:"quick_reversals_per_hour"`
 }
 
 // SummarizeSuite computes, per policy (threshold and each narwhal
@@ -544,14 +580,23 @@ type SuiteRow struct {
 // stationary scenarios), the distribution of the policy's attainment
 // minus static-best's and, for narwhal variants, minus threshold's (in
 // points), and moves and quick reversals per simulated hour (over the
-// trace span).
+// trace span). When the results carry the hindsight schedule, an "oracle"
+// row (after threshold) gives oracle − static-best, and each narwhal
+// variant's VsOracle its attainment minus the oracle's.
 func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 	var rows []SuiteRow
-	pols := append([]string{"threshold"}, variants...)
+	pols := []string{"threshold"}
+	for _, r := range results {
+		if r.Oracle != nil {
+			pols = append(pols, "oracle")
+			break
+		}
+	}
+	pols = append(pols, variants...)
 	for _, half := range []string{"tune", "held", "all"} {
 		for _, shift := range []string{"all", "shifting", "stationary"} {
 			for _, pol := range pols {
-				var vsSB, vsTh []float64
+				var vsSB, vsTh, vsOr []float64
 				var sumAtt, moves, quick, hours float64
 				for _, r := range results {
 					if half != "all" && r.Scenario.Half != half ||
@@ -559,12 +604,22 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 						continue
 					}
 					oc := r.Baseline.Threshold
-					if pol != "threshold" {
+					switch pol {
+					case "threshold":
+					case "oracle":
+						if r.Oracle == nil {
+							continue
+						}
+						oc = r.Oracle.Outcome
+					default:
 						var ok bool
 						if oc, ok = r.Narwhal[pol]; !ok {
 							continue
 						}
 						vsTh = append(vsTh, 100*(oc.Attainment-r.Baseline.Threshold.Attainment))
+						if r.Oracle != nil {
+							vsOr = append(vsOr, 100*(oc.Attainment-r.Oracle.Outcome.Attainment))
+						}
 					}
 					vsSB = append(vsSB, 100*(oc.Attainment-r.Baseline.StaticBest))
 					sumAtt += 100 * oc.Attainment
@@ -580,9 +635,13 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 				if hours > 0 {
 					row.MovesPerHour, row.QuickRevPerH = moves/hours, quick/hours
 				}
-				if pol != "threshold" {
+				if pol != "threshold" && pol != "oracle" {
 					s := NewDeltaStats(vsTh)
 					row.VsThreshold = &s
+				}
+				if len(vsOr) > 0 {
+					s := NewDeltaStats(vsOr)
+					row.VsOracle = &s
 				}
 				rows = append(rows, row)
 			}
@@ -600,8 +659,17 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 			_, err = fmt.Fprintf(w, format, a...)
 		}
 	}
-	p("| group (half/traffic) | policy | n | mean SLO %% | − static-best: mean | p10 | worst | < 0 | − threshold: mean | p10 | worst | < 0 | ≥ −0.5 | moves/h | quick rev./h |\n")
-	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	oracle := false
+	for _, r := range rows {
+		oracle = oracle || r.Policy == "oracle"
+	}
+	if oracle {
+		p("| group (half/traffic) | policy | n | mean SLO %% | − static-best: mean | p10 | worst | < 0 | − threshold: mean | p10 | worst | < 0 | ≥ −0.5 | − oracle: mean | p10 | moves/h | quick rev./h |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		p("| group (half/traffic) | policy | n | mean SLO %% | − static-best: mean | p10 | worst | < 0 | − threshold: mean | p10 | worst | < 0 | ≥ −0.5 | moves/h | quick rev./h |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	}
 	for _, r := range rows {
 		sb := r.VsStaticBest
 		p("| %s | %s | %d | %.2f | %+.2f | %+.2f | %+.2f | %d |", r.Group, r.Policy, r.N, r.MeanAttainment, sb.Mean, sb.P10, sb.Worst, sb.Below)
@@ -609,6 +677,13 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 			p(" %+.2f | %+.2f | %+.2f | %d | %d |", t.Mean, t.P10, t.Worst, t.Below, t.AtLeastMinusHalf)
 		} else {
 			p(" – | – | – | – | – |")
+		}
+		if oracle {
+			if o := r.VsOracle; o != nil {
+				p(" %+.2f | %+.2f |", o.Mean, o.P10)
+			} else {
+				p(" – | – |")
+			}
 		}
 		p(" %.1f | %.2f |\n", r.MovesPerHour, r.QuickRevPerH)
 	}
@@ -618,7 +693,7 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 	}
 	p("\nAcceptance (issue 20), held half:\n")
 	for _, r := range rows {
-		if r.Policy == "threshold" || r.Group != "held/all" {
+		if r.Policy == "threshold" || r.Policy == "oracle" || r.Group != "held/all" {
 			continue
 		}
 		shifting, st := byGroup[r.Policy+"@held/shifting"], byGroup[r.Policy+"@held/stationary"]
@@ -631,7 +706,31 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 			st.VsStaticBest.Mean, verdict(st.N == 0 || st.VsStaticBest.Mean >= -1),
 			r.QuickRevPerH, verdict(r.QuickRevPerH <= 1))
 	}
+	if or, ok := byGroup["oracle@held/shifting"]; ok {
+		sb := or.VsStaticBest
+		p("- headroom: the hindsight schedule gains %+.2f pt (p10 %+.2f) over static-best on the held half's %d shifting scenarios run: "+
+			"the +3 pt target is %s\n", sb.Mean, sb.P10, sb.N, headroomVerdict(sb.Mean))
+	}
 	return err
+}
+
+func headroomVerdict(gain float64) string {
+	if gain < 3 {
+		return fmt.Sprintf("beyond what a hindsight schedule attains (by %.2f pt)", 3-gain)
+	}
+	return fmt.Sprintf("within it (%.2f pt of room)", gain-3)
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 func verdict(ok bool) string {

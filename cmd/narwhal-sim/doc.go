@@ -11,7 +11,10 @@
 // scenarios' engines run at their drawn slowdown; narwhal starts from
 // --controller-profile prior --calibrate=true (the defaults) and
 // NAME@exact (the true profile, no calibration) is reported beside each
-// variant unless --exact=false.
+// variant unless --exact=false. --oracle also searches each scenario's
+// hindsight schedule (the oracle policy, from static-best; minutes per
+// scenario, cached in --baselines) and reports oracle − static-best and
+// narwhal − oracle (benchmarks/slo/SUITE.md, "Headroom").
 //
 // --engine-slowdown X, --controller-profile exact|nominal|prior|none|FILE
 // (--profiles FILE is the same as FILE) and --calibrate=true|false set

@@ -174,6 +174,68 @@ func TestCLISuiteQuickJSON(t *testing.T) {
 	}
 }
 
+// --oracle: each scenario's hindsight schedule in the JSON (oracle −
+// static-best computed from the two attainments) and the summary's oracle
+// rows; the table form, from the cache, adds the per-scenario table and
+// the headroom line.
+func TestCLISuiteOracle(t *testing.T) {
+	dir := writeSuiteSources(t)
+	cache := filepath.Join(t.TempDir(), "baselines.json")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"suite", "--quick", "--json", "--oracle", "--exact=false", "--traces", dir, "--baselines", cache}, &out, &errOut); err != nil {
+		t.Fatalf("suite: %v (%s)", err, errOut.String())
+	}
+	var rep struct {
+		Scenarios []struct {
+			Baseline struct {
+				StaticBest float64 `json:"static_best"`
+			}
+			Oracle *struct {
+				Outcome struct {
+					Attainment float64 `json:"slo_attainment"`
+				}
+				VsStaticBest float64 `json:"vs_static_best"`
+				Schedule     string
+			}
+		}
+		Summary []struct {
+			Policy, Group string
+			VsStaticBest  struct{ Mean float64 }  `json:"vs_static_best"`
+			VsOracle      *struct{ Mean float64 } `json:"vs_oracle"`
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v", err)
+	}
+	for _, s := range rep.Scenarios {
+		if s.Oracle == nil || s.Oracle.VsStaticBest != 100*(s.Oracle.Outcome.Attainment-s.Baseline.StaticBest) || s.Oracle.VsStaticBest < 0 {
+			t.Fatalf("scenario: %+v", s)
+		}
+	}
+	rows := map[string]bool{}
+	for _, r := range rep.Summary {
+		rows[r.Policy+" "+r.Group] = true
+		if r.Policy == "narwhal" && r.VsOracle == nil {
+			t.Fatalf("narwhal row %s without vs_oracle", r.Group)
+		}
+	}
+	if !rows["oracle held/stationary"] || !rows["oracle tune/shifting"] {
+		t.Fatalf("summary rows: %v", rows)
+	}
+	if !strings.Contains(errOut.String(), "oracle: pass 1") {
+		t.Fatalf("no oracle progress on stderr: %q", errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if err := run(context.Background(), []string{"suite", "--quick", "--oracle", "--exact=false", "--traces", dir, "--baselines", cache}, &out, &errOut); err != nil {
+		t.Fatalf("suite table: %v (%s)", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "The hindsight schedule per scenario") || !strings.Contains(out.String(), "| q0a-") ||
+		strings.Contains(errOut.String(), "oracle: pass") {
+		t.Fatalf("table from the cache:\n%s\nstderr: %s", out.String(), errOut.String())
+	}
+}
+
 func TestCLISuiteRejectsBadFlags(t *testing.T) {
 	dir := writeSuiteSources(t)
 	bad := filepath.Join(t.TempDir(), "bad.json")

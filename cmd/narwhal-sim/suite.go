@@ -38,6 +38,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	calibrate := fs.Bool("calibrate", true, "narwhal variants calibrate their profile online from the engines' latency figures")
 	exact := fs.Bool("exact", true, "also run each narwhal variant from the exact profile without calibration, reported as NAME@exact")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	oracle := fs.Bool("oracle", false, "also search each scenario's hindsight schedule from static-best (minutes per scenario; cached in --baselines) and report oracle − static-best and narwhal − oracle")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -102,7 +103,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("suite: baselines: %w", err)
 		}
 	}
-	o := sim.SuiteOptions{Sources: sources, Variants: vs, Parallel: *parallel, Baselines: cache, EvenStart: *even}
+	o := sim.SuiteOptions{Sources: sources, Variants: vs, Parallel: *parallel, Baselines: cache, EvenStart: *even, Oracle: *oracle}
 	if *decisions != "" {
 		if err := os.MkdirAll(*decisions, 0o755); err != nil {
 			return fmt.Errorf("suite: decisions: %w", err)
@@ -155,7 +156,16 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return nil
 	}
-	return sim.WriteSuiteTable(stdout, rows)
+	if err := sim.WriteSuiteTable(stdout, rows); err != nil {
+		return err
+	}
+	if *oracle {
+		if _, err := fmt.Fprintf(stdout, "\nThe hindsight schedule per scenario (points):\n\n"); err != nil {
+			return err
+		}
+		return sim.WriteOracleTable(stdout, results, vs[0].Name)
+	}
+	return nil
 }
 
 // deployVariants starts each variant from profile (with calibration when
