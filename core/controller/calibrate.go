@@ -235,11 +235,7 @@ func (r *rls) weights() (w [calibBins]float64) {
 // (relative rms residual within calibResidual), else from the bins
 // weighted for the current operating point.
 func (r *rls) solve() {
-	var ones [calibBins]float64
-	for b := range ones {
-		ones[b] = 1
-	}
-	th, m, v, n, ok := r.fit(&ones)
+	th, m, v, n, ok := r.fit(&calibAllBins)
 	if !ok {
 		return
 	}
@@ -260,9 +256,17 @@ func (r *rls) solve() {
 	r.theta = th
 }
 
-// fit solves the multipliers from the bins weighted by w; it returns the
-// weighted system too.
-func (r *rls) fit(w *[calibBins]float64) (th [3]float64, m [3][3]float64, v [3]float64, n float64, ok bool) {
+// calibAllBins weighs every bin alike (the all-bins fit, the persisted
+// totals).
+var calibAllBins = func() (w [calibBins]float64) {
+	for b := range w {
+		w[b] = 1
+	}
+	return w
+}()
+
+// sum is the system of the bins weighted by w.
+func (r *rls) sum(w *[calibBins]float64) (s rlsBin) {
 	for b := range r.bins {
 		bn := &r.bins[b]
 		if bn.n == 0 {
@@ -270,12 +274,20 @@ func (r *rls) fit(w *[calibBins]float64) (th [3]float64, m [3][3]float64, v [3]f
 		}
 		for i := 0; i < 3; i++ {
 			for j := 0; j < 3; j++ {
-				m[i][j] += w[b] * bn.m[i][j]
+				s.m[i][j] += w[b] * bn.m[i][j]
 			}
-			v[i] += w[b] * bn.v[i]
+			s.v[i] += w[b] * bn.v[i]
 		}
-		n += w[b] * bn.n
+		s.n += w[b] * bn.n
 	}
+	return s
+}
+
+// fit solves the multipliers from the bins weighted by w; it returns the
+// weighted system too.
+func (r *rls) fit(w *[calibBins]float64) (th [3]float64, m [3][3]float64, v [3]float64, n float64, ok bool) {
+	sys := r.sum(w)
+	m, v, n = sys.m, sys.v, sys.n
 	if !(n > 0) {
 		return th, m, v, n, false
 	}
@@ -697,20 +709,12 @@ func startCoefs(p *Profile) [6]float64 {
 }
 
 func (r *rls) persist() CalibSystem {
-	s := CalibSystem{LastNs: r.lastNs, Theta: r.theta, OpW: r.opW, OpX: r.opX}
+	all := r.sum(&calibAllBins)
+	s := CalibSystem{M: all.m, V: all.v, N: all.n, LastNs: r.lastNs, Theta: r.theta, OpW: r.opW, OpX: r.opX}
 	for b := range r.bins {
-		bn := &r.bins[b]
-		if bn.n == 0 {
-			continue
+		if bn := &r.bins[b]; bn.n != 0 {
+			s.Bins = append(s.Bins, CalibBin{Bin: b, M: bn.m, V: bn.v, N: bn.n})
 		}
-		s.Bins = append(s.Bins, CalibBin{Bin: b, M: bn.m, V: bn.v, N: bn.n})
-		for i := 0; i < 3; i++ {
-			for j := 0; j < 3; j++ {
-				s.M[i][j] += bn.m[i][j]
-			}
-			s.V[i] += bn.v[i]
-		}
-		s.N += bn.n
 	}
 	return s
 }
