@@ -103,7 +103,10 @@
 // it, never tune on it). Design point i has {8, 16, 32} engines, every
 // built-in profile, switch times {10, 30, 60} s and a kind (stationary,
 // shift, drift, flash, mixed; 1 in 5 stationary), combined so each value
-// appears in varied combinations in both halves.
+// appears in varied combinations in both halves. GenerateDevSuite draws
+// the same 32 design points a third time (DevSeed, names eNNc-…, half
+// "dev"): scenarios to study a change on besides the tune half, reported
+// by neither half, so that the held half stays unseen.
 //
 //   - Request shapes are resampled (input, output pairs) from the real
 //     traces: Azure code and conv, Mooncake conversation and synthetic

@@ -593,7 +593,7 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 		}
 	}
 	pols = append(pols, variants...)
-	for _, half := range []string{"tune", "held", "all"} {
+	for _, half := range []string{"tune", "held", "dev", "all"} {
 		for _, shift := range []string{"all", "shifting", "stationary"} {
 			for _, pol := range pols {
 				var vsSB, vsTh, vsOr []float64

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -520,5 +521,36 @@ func TestSuiteDeploymentReachesRuns(t *testing.T) {
 	if p, e := origins["prior"], origins["exact"]; !p[controller.OriginPrior] || p[controller.OriginMeasured] || !p["calibrated=true"] ||
 		!e[controller.OriginMeasured] || e[controller.OriginPrior] || e["calibrated=true"] {
 		t.Fatalf("profiles in the journals: prior variant %v, exact variant %v", p, e)
+	}
+}
+
+// The development draw is a third draw of the same design points: as
+// many, the same grid, other seeds and names, and part of neither half.
+func TestGenerateDevSuiteIsAThirdDrawOfTheGrid(t *testing.T) {
+	suite, dev := GenerateSuite(), GenerateDevSuite()
+	if !reflect.DeepEqual(dev, GenerateDevSuite()) {
+		t.Fatal("GenerateDevSuite differs between calls")
+	}
+	if len(dev) != SuiteDesigns {
+		t.Fatalf("%d dev scenarios, want %d", len(dev), SuiteDesigns)
+	}
+	seeds, names := map[uint64]bool{}, map[string]bool{}
+	for _, sc := range suite {
+		seeds[sc.Seed], names[sc.Name] = true, true
+	}
+	for i, sc := range dev {
+		tune := suite[2*i]
+		if sc.Half != "dev" || seeds[sc.Seed] || names[sc.Name] {
+			t.Fatalf("dev scenario %d: half %q seed %d name %q: want half dev and a seed and name outside the suite", i, sc.Half, sc.Seed, sc.Name)
+		}
+		if sc.Kind != tune.Kind || sc.Engines != tune.Engines || sc.Profile != tune.Profile || sc.SwitchS != tune.SwitchS {
+			t.Fatalf("dev scenario %d (%s) is not design point %d (%s)", i, sc.Name, i, tune.Name)
+		}
+		if want := fmt.Sprintf("e%02dc-%s-%dx%s-sw%.0f", i, sc.Kind, sc.Engines, sc.Profile, sc.SwitchS); sc.Name != want {
+			t.Fatalf("dev scenario %d named %q, want %q", i, sc.Name, want)
+		}
+		if sc.EngineSlowdown == tune.EngineSlowdown || sc.TargetAttainment == tune.TargetAttainment {
+			t.Fatalf("dev scenario %s draws the slowdown or target of %s", sc.Name, tune.Name)
+		}
 	}
 }

@@ -2,8 +2,9 @@
 // disaggregated cluster under a role policy (narwhal, static:P,
 // static-best, threshold) and reports SLO attainment. See package sim.
 //
-// `narwhal-sim suite [--json] [--half tune|held|all] [--quick]` runs the
-// scenario suite (package sim, "Scenario suite"): per policy, the
+// `narwhal-sim suite [--json] [--half tune|held|all|dev] [--quick]` runs
+// the scenario suite (package sim, "Scenario suite"; dev: the development
+// draw, part of neither half): per policy, the
 // distribution of narwhal − static-best and narwhal − threshold over
 // generated one-hour workloads; --variant NAME=CORE_CONFIG.json adds a
 // narwhal configuration, --baselines FILE caches the calibration and

@@ -26,7 +26,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var variants multiString
 	traces := fs.String("traces", "", "directory with the source traces (default: the first shared/traces above the working directory)")
 	asJSON := fs.Bool("json", false, "print one JSON object (scenarios, baselines, outcomes, summary) instead of the table")
-	half := fs.String("half", "all", "scenarios to run: tune | held | all")
+	half := fs.String("half", "all", "scenarios to run: tune | held | all (both) | dev (the development draw, sim.GenerateDevSuite, part of neither half)")
 	quick := fs.Bool("quick", false, "run the two 10-minute quick scenarios instead of the suite")
 	match := fs.String("match", "", "run only scenarios whose name matches this regular expression")
 	parallel := fs.Int("parallel", 1, "scenarios simulated at once")
@@ -45,8 +45,8 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("suite: unexpected arguments %q", fs.Args())
 	}
-	if *half != "all" && *half != "tune" && *half != "held" {
-		return fmt.Errorf("suite: --half %q: want tune, held or all", *half)
+	if *half != "all" && *half != "tune" && *half != "held" && *half != "dev" {
+		return fmt.Errorf("suite: --half %q: want tune, held, all or dev", *half)
 	}
 	if *parallel < 1 || *parallel > 64 {
 		return fmt.Errorf("suite: --parallel %d: want 1..64", *parallel)
@@ -81,6 +81,9 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	all := sim.GenerateSuite()
+	if *half == "dev" {
+		all = sim.GenerateDevSuite()
+	}
 	if *quick {
 		all = sim.QuickSuite()
 	}
