@@ -79,8 +79,19 @@ func run(subset, only string, timeout time.Duration, keep bool) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "mutation: baseline go test %s\n", strings.Join(all, " "))
-	if res, out, _ := goTest(tmp, all, timeout); res != survived {
+	if res, out, _ := goTest(tmp, all, "", timeout); res != survived {
 		return fmt.Errorf("the unmutated tree fails its tests:\n%s", out)
+	}
+	tagged := map[string][]string{} // the tagged mutations' packages, per tag set
+	for _, m := range sel {
+		if m.Tags != "" {
+			tagged[m.Tags] = append(tagged[m.Tags], m.pkgs()...)
+		}
+	}
+	for tags, ps := range tagged {
+		if res, out, _ := goTest(tmp, ps, tags, timeout); res != survived {
+			return fmt.Errorf("the unmutated tree fails its tests under -tags %s:\n%s", tags, out)
+		}
 	}
 
 	results := make([]result, len(sel))
@@ -93,7 +104,7 @@ func run(subset, only string, timeout time.Duration, keep bool) error {
 			r.res, r.detail = invalid, err.Error()
 		} else {
 			var out string
-			r.res, out, r.detail = goTest(tmp, m.pkgs(), timeout)
+			r.res, out, r.detail = goTest(tmp, m.pkgs(), m.Tags, timeout)
 			if r.res == caught {
 				r.detail = firstFailure(out)
 			}
@@ -171,10 +182,14 @@ func printTable(w io.Writer, rs []result) int {
 }
 
 // goTest runs go test on pkgs in dir. survived means the tests passed.
-func goTest(dir string, pkgs []string, timeout time.Duration) (outcome, string, string) {
+func goTest(dir string, pkgs []string, tags string, timeout time.Duration) (outcome, string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := append([]string{"test", "-count=1", "-p=1"}, pkgs...)
+	args := []string{"test", "-count=1", "-p=1"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -266,6 +281,7 @@ type mutation struct {
 	What string
 	CI   bool     // part of the .ci/run subset
 	Pkgs []string // default ./core: the rule proved at the core's API
+	Tags string   // build tags for go test (narwhal_hooks: the tests that stop a writer mid-record)
 	Eds  []edit
 }
 

@@ -117,7 +117,9 @@
 // swap: a drain of the bucket before the load leaves the word empty or
 // newer, one between the load and the swap makes the swap fail, one after
 // it takes the count. The empty word of tag 0 looks live, so the fast path
-// leaves zero words to the general path.
+// leaves zero words to the general path (TestFastPathLeavesTheZeroWordTo-
+// TheGeneralPath drains the bucket at that point through a hook that only
+// `-tags narwhal_hooks` builds compile; .ci/run runs it).
 //
 // # Allocation
 //

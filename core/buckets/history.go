@@ -291,6 +291,9 @@ func (h *History) Record(tsNs int64, s Shape) bool {
 	var c *atomic.Uint64
 	var old uint64
 	evidence := false
+	if testHooks {
+		fastPathHook()
+	}
 	switch {
 	case k0 == want:
 		c = &b.cells[j0]
