@@ -85,3 +85,41 @@ func TestMeasuredPrefillWorkSizesPrefill(t *testing.T) {
 			d.Action, d.Reason, d.Best.PrefillEngines, d.Current.DecodePressure)
 	}
 }
+
+// TestMeasuredPrefillWorkCountsServingPrefillOnly: W counts the busy time
+// of live serving engines in the prefill role only (an engine draining
+// to decode, a prefill engine that is not live and a decode engine each
+// report 7 s/s that must not count), is absent until half the long
+// horizon is measured, and stays right as the window slides for ten
+// minutes (a bounded ring of samples).
+func TestMeasuredPrefillWorkCountsServingPrefillOnly(t *testing.T) {
+	c := newTestController(t, testConfig(), 3, 1)
+	if err := c.UpsertEngine(Engine{ID: "mover", Node: "n", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RolePrefill,
+		State: StateDraining, TargetRole: RoleDecode, Live: true, KVCapacityTokens: 66144}); err != nil {
+		t.Fatal(err)
+	}
+	idle := Inputs{Outputs: &fakeHistory{}}
+	for ts := t0 - 60*sec; ts <= t0+600*sec; ts += sec {
+		if err := c.UpdateEngine("e002", ts, Resident{}, 66144, false); err != nil { // a prefill engine, not live
+			t.Fatal(err)
+		}
+		for _, e := range c.Engines() {
+			li := LatencyInterval{IntervalS: 1, PrefillSeconds: 7}
+			if e.ID == "e000" || e.ID == "e001" {
+				li.PrefillSeconds = 0.5
+			}
+			if err := c.ObserveLatency(e.ID, ts, li); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := c.Step(ts, idle)
+		// Two serving prefill engines × 0.5 s/s: W = 1 once 30 s are measured.
+		want := 1.0
+		if ts < t0-30*sec {
+			want = 0
+		}
+		if d.MeasuredPrefillWork != want || d.MeasuredPrefillEngines != 0 {
+			t.Fatalf("unexpected measured work at %d s; got %v (engines %d); want %v", (ts-t0)/sec, d.MeasuredPrefillWork, d.MeasuredPrefillEngines, want)
+		}
+	}
+}
