@@ -411,9 +411,6 @@ func (c *Controller) ObserveLatency(engineID string, nowNs int64, li LatencyInte
 	if !ok {
 		return fmt.Errorf("%w: unknown engine %q", ErrInvalidEngine, engineID)
 	}
-	if e := &c.engines[i]; e.Live && e.State == StateServing && e.Role == RolePrefill {
-		c.prefBusy += li.PrefillSeconds
-	}
 	pi := c.profIdx[i]
 	if pi < 0 || c.noCalib {
 		return nil

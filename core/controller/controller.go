@@ -74,13 +74,6 @@ type Controller struct {
 	// kvHist: resident decode KV at each step (ring).
 	kvHist [kvHistCap]kvSample
 	kvN    int
-	// prefBusy: engine-seconds of prefill the engines in the prefill role
-	// (serving, live) reported through ObserveLatency, summed since start;
-	// workHist its samples with the prefill pool's resident backlog
-	// (ring, recordWork).
-	prefBusy float64
-	workHist [workHistCap]workSample
-	workN    int
 
 	snap     Snapshot
 	cellBuf  []buckets.Cell
@@ -500,10 +493,7 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 			s.DecodeCorrection = 1
 		}
 	}
-	s.sizeByWork = false // set from this step's values only, after prepare
 	s.prepare()
-	s.MeasuredPrefillWork, s.measuredBusy, s.workKnown = c.measuredWork(nowNs, s.QueuedPrefillS+s.RunningPrefillS)
-	s.sizeFromWork()
 }
 
 // kvSample is the decode pool's resident KV at one step.
@@ -625,7 +615,6 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	c.mu.Lock()
 	c.freeze(nowNs, in)
 	d := c.decide(nowNs)
-	c.recordWork(nowNs, c.snap.QueuedPrefillS+c.snap.RunningPrefillS)
 	c.journal.add(d)
 	c.latest, c.hasLast = d, true
 	if d.DemandEvidence != nil {
@@ -677,8 +666,6 @@ func (c *Controller) decide(nowNs int64) Decision {
 	d.QueuedPrefillS = roundJ(s.QueuedPrefillS)
 	d.ObservedPrefillRatio = roundJ(s.ObservedPrefill.Mean)
 	d.ObservedDecodeRatio = roundJ(s.ObservedDecode.Mean)
-	d.MeasuredPrefillWork = roundJ(s.MeasuredPrefillWork)
-	d.MeasuredPrefillEngines = s.MeasuredPrefillEngines
 	d.Profiles, d.Unprofiled = c.profileUses()
 	defer func() {
 		for i, b := range Bases {

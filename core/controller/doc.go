@@ -149,34 +149,6 @@
 // Every decision exposes recovery_prefill_ratio, queued_prefill_s and both
 // observed ratios, whatever its basis.
 //
-// # Measured prefill work (work.go)
-//
-// On the observed_pressure and recovery bases the overflow cohort is
-// priced at its largest input: the predictions are saturated upper
-// bounds, and every split with fewer decode engines predicts decode far
-// past its SLO while decode measures within it. The controller therefore
-// keeps the prefill work the engines are offered, from their reports only:
-// W = prefill busy seconds of the engines in the prefill role
-// (LatencyInterval.PrefillSeconds through ObserveLatency; an engine in
-// transition does not count) plus the growth of the pool's queued and
-// running prefill seconds, per second over the long horizon (24 samples,
-// bounded), journalled as measured_prefill_work. While decode measures
-// within target_pressure (observed TPOT, resident KV) and ceil(W) exceeds
-// the prefill pool with its incoming engines (measured_prefill_engines),
-// every split's prefill is priced at the measured work per request through
-// the same queue form, and the splits that add prefill engines up to
-// ceil(W) price decode by measurement: the observed ratio scaled by engine
-// counts and by the load the larger pool delivers (min(W, n) / busy), KV
-// and the released backlog likewise; where that passes target_pressure
-// the prediction stands. Measured on the suite (prior + calibrate, mean
-// vs static-best): tune +0.27 → +0.44 (d29a +2.5, d02a +2.9; 27/32 within
-// 0.5 pt of threshold; quick reversals 0.50 → 0.59 per hour), held −3.87
-// → −3.82 (d11b +1.8, d29b +0.3, d16b −0.2; 27/32; 0.44 → 0.66), the five
-// rows unchanged at seeds 1–4. Sized at utilisation 0.9 instead of 1: tune
-// −0.13 (d07a −16.8); several engines per decision without closed
-// consolidation evidence: d02a −1.8; the released backlog priced by the
-// prediction: d29a −0.45.
-//
 // # Deciding and gates
 //
 // A move toward the best split is proposed when the current split's worse

@@ -111,16 +111,6 @@ type Decision struct {
 	ObservedPrefillRatio float64         `json:"observed_prefill_ratio"`
 	ObservedDecodeRatio  float64         `json:"observed_decode_ratio"`
 	Confirmations        int             `json:"confirmations"`
-	// MeasuredPrefillWork: engine-seconds of prefill per second offered
-	// to the prefill pool over the long horizon, from the engines'
-	// reports only (prefill busy time of the prefill role plus the growth
-	// of its queued and running prefill seconds); absent until measured
-	// over half the horizon.
-	MeasuredPrefillWork float64 `json:"measured_prefill_work,omitempty"`
-	// MeasuredPrefillEngines: on an incomplete-demand basis with decode
-	// measured within target, the prefill pool the measured work sizes
-	// (ceil of it) when that is larger than the pool; absent otherwise.
-	MeasuredPrefillEngines int `json:"measured_prefill_engines,omitempty"`
 	// KVExhaustion: the decode pool's resident KV, at its recent growth,
 	// passes kv_headroom of capacity within kv_lead_s (a decode deficit
 	// although both phases may be within target pressure).

@@ -116,11 +116,6 @@ func (s *Snapshot) closedSplit(j int) SplitScore {
 			sc.KVNeedTokens = max(sc.KVNeedTokens, kv*s.KVCorrection)
 		}
 	}
-	if mu, ok := s.workRate(nP); ok {
-		for h := 0; h < 2; h++ {
-			pp[h] = s.prefillPressure(hz[h], nP, mu, backlog)
-		}
-	}
 	if s.Basis == BasisUnprofiled { // no profile: measurements only
 		pp, dp, sc.KVNeedTokens = [2]float64{}, [2]float64{}, resKV
 	}
@@ -131,22 +126,7 @@ func (s *Snapshot) closedSplit(j int) SplitScore {
 			pp[h], dp[h] = max(pp[h], p), max(dp[h], d)
 		}
 	}
-	// Measured prefill work sizes the prefill pool (work.go): up to the
-	// pool it asks for, decode is priced by its measurement, not by the
-	// overflow-priced upper bound.
-	byWork := false
-	if j >= 0 {
-		if d, kv, ok := s.workDecode(nP, nD, sc.KVCapacityTokens); ok {
-			dp = [2]float64{d, d}
-			sc.KVNeedTokens = kv
-			byWork = true
-		}
-	}
-	if byWork {
-		sc.KVSurgeTokens = s.workSurge(backlog, sc.KVNeedTokens, nP, dp[1])
-	} else {
-		sc.KVSurgeTokens = s.backlogSurge(backlog, resKV, nP, dp[1])
-	}
+	sc.KVSurgeTokens = s.backlogSurge(backlog, resKV, nP, dp[1])
 	sc.ShortPrefill, sc.LongPrefill = pp[0], pp[1]
 	sc.ShortDecode, sc.LongDecode = dp[0], dp[1]
 	sc.PrefillPressure = max(sc.ShortPrefill, sc.LongPrefill)

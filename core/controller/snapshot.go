@@ -228,16 +228,6 @@ type Snapshot struct {
 	EvidenceCutoffNs int64            `json:"evidence_cutoff_ns"`
 	riskNow          bool
 
-	// MeasuredPrefillWork: engine-seconds of prefill per second offered
-	// to the prefill pool over the long horizon (work.go); 0 unknown.
-	MeasuredPrefillWork float64 `json:"measured_prefill_work"`
-	// MeasuredPrefillEngines: the prefill pool the measured work sizes
-	// when sizeByWork applies, else 0.
-	MeasuredPrefillEngines int `json:"measured_prefill_engines"`
-	workKnown              bool
-	measuredBusy           float64 // the busy part of MeasuredPrefillWork
-	sizeByWork             bool
-
 	// Derived scoring tables (from the values above only).
 	pm, dm []int32 // live serving prefill / decode engines by drain cost
 	cum    cumulative
