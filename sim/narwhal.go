@@ -118,9 +118,7 @@ func (np *narwhalPolicy) step(s *simulator, now int64) int {
 		// What the engine's own metrics gained since the last step (the
 		// agent's wire.EngineReport.Latency).
 		li := e.latencyInterval(intervalS)
-		if np.calibrate {
-			np.check(np.c.ObserveLatency(e.id, now, li))
-		}
+		np.check(np.c.ObserveLatency(e.id, now, li))
 	}
 	d := np.c.Step(now)
 	if np.hook != nil {
