@@ -165,3 +165,36 @@ func TestControllerProfileError(t *testing.T) {
 		}
 	}
 }
+
+// The engines report their latency intervals whatever --calibrate says,
+// as an agent streams them whatever the core does with them:
+// --calibrate=false is the core's option (core.WithCalibration), not a
+// silenced agent. A core built with calibration on, driven by a run with
+// cfg.Calibrate false, still learns from the intervals.
+func TestLatencyIntervalsReachTheCoreWithoutCalibrate(t *testing.T) {
+	cfg := testConfig("narwhal", 8)
+	cfg.TTFTSLOS, cfg.TPOTSLOS = 2, 0.2
+	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate = 1.3, ProfileNominal, false
+	var c *core.Core
+	factory := func(a controller.Actuator, ps *controller.ProfileSet) (*core.Core, error) {
+		cc := core.DefaultConfig()
+		cc.TTFTSLOS, cc.TPOTSLOS = cfg.TTFTSLOS, cfg.TPOTSLOS
+		var err error
+		c, err = core.New(cc, core.WithActuator(a), core.WithProfiles(ps)) // calibration on
+		return c, err
+	}
+	if _, err := Run(context.Background(), cfg, syntheticWorkload(2000), WithCoreFactory(factory)); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, _ := LookupProfile(cfg.Profile)
+	for _, q := range c.Controller().Profiles() {
+		if profile.NormModel(q.Model) == profile.NormModel(p.Model) && q.TP == p.TP {
+			if q.Calibration == nil || q.Calibration.PrefillSamples == 0 || q.Calibration.DecodeSamples == 0 {
+				t.Fatalf("the core saw no latency intervals: %+v", q.Calibration)
+			}
+			return
+		}
+	}
+	t.Fatal("no profile for the simulated engines")
+}

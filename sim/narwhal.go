@@ -20,8 +20,6 @@ type narwhalPolicy struct {
 	errs    int64
 	lastErr error
 	hook    func(controller.Decision)
-	// calibrate: report the engines' latency intervals every step.
-	calibrate bool
 	lastObsNs int64
 }
 
@@ -40,7 +38,6 @@ func (np *narwhalPolicy) init(s *simulator) error {
 	if err != nil {
 		return err
 	}
-	np.calibrate = s.cfg.Calibrate
 	if s.o.newCore != nil {
 		np.c, err = s.o.newCore(actuator{s}, ps)
 	} else {

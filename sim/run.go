@@ -51,9 +51,11 @@ type Config struct {
 	// measures how much a row moves for a small profile error (the noise
 	// band beside calibration's results, benchmarks/slo/PROFILES.md).
 	ControllerProfileError float64 `json:"controller_profile_error,omitempty"`
-	// Calibrate feeds the engines' per-interval latency figures to the
-	// core's online calibration every step (default off, so that the
-	// benchmark's reference runs are unchanged).
+	// Calibrate switches the core's online calibration on
+	// (core.WithCalibration; default off, so that the benchmark's
+	// reference runs are unchanged). The engines report their
+	// per-interval latency figures to the core every step either way, as
+	// an agent streams them.
 	Calibrate bool `json:"calibrate"`
 	// WarmupS: the result also reports the SLO attainment of the requests
 	// arriving at or after this many seconds (0: none).
