@@ -12,14 +12,14 @@ import (
 // residency, Step every controller step, and the simulator as the core's
 // Actuator. Routing reads core.Roles(). No controller logic lives here.
 type narwhalPolicy struct {
-	c       *core.Core
-	owned   bool
-	table   *controller.RoleTable
-	p, d    []int
-	stepNsV int64
-	errs    int64
-	lastErr error
-	hook    func(controller.Decision)
+	c         *core.Core
+	owned     bool
+	table     *controller.RoleTable
+	p, d      []int
+	stepNsV   int64
+	errs      int64
+	lastErr   error
+	hook      func(controller.Decision)
 	lastObsNs int64
 }
 
