@@ -771,25 +771,25 @@ func TestOverflowPricedSourceYieldsToMeasuredDeficit(t *testing.T) {
 		}
 		d := c.Step(t0, overflowInputs(300, 1000, tc.obsP, 1.5))
 		if d.Basis != BasisObservedPressure || d.Best.Moves != -1 {
-			t.Fatalf("obsP %v: want the observed_pressure basis and a best split one engine toward decode; got %s %+v", tc.obsP, d.Basis, d.Best)
+			t.Fatalf("obsP %v, last move %d s ago: want the observed_pressure basis and a best split one engine toward decode; got %s %+v", tc.obsP, tc.moveS, d.Basis, d.Best)
 		}
 		pred := d.Best.PrefillPressure
 		if pred < cfg.SourceLimit || pred < d.Best.DecodePressure {
-			t.Fatalf("obsP %v: the prediction must veto the move on its own: prefill %v decode %v", tc.obsP, pred, d.Best.DecodePressure)
+			t.Fatalf("obsP %v, last move %d s ago: the prediction must veto the move on its own: prefill %v decode %v", tc.obsP, tc.moveS, pred, d.Best.DecodePressure)
 		}
 		g := sourceGate(t, d)
 		if !tc.move {
 			if d.Action != ActionBlocked || d.Blocked != GateSourcePressure || g.Value != pred {
-				t.Fatalf("obsP %v: got %s %q value %v; want blocked by %s at the prediction %v", tc.obsP, d.Action, d.Blocked, g.Value, GateSourcePressure, pred)
+				t.Fatalf("obsP %v, last move %d s ago: got %s %q value %v; want blocked by %s at the prediction %v", tc.obsP, tc.moveS, d.Action, d.Blocked, g.Value, GateSourcePressure, pred)
 			}
 			continue
 		}
 		want := tc.obsP * max(8.0/7, pred/d.Current.PrefillPressure) // 0.2 × 1.107719/0.755783
 		if math.Abs(g.Value-want) > 1e-5 || math.Abs(want-0.29313) > 1e-4 || !g.Pass {
-			t.Fatalf("obsP %v: source_pressure %+v; want passing at %v (0.29313)", tc.obsP, g, want)
+			t.Fatalf("obsP %v, last move %d s ago: source_pressure %+v; want passing at %v (0.29313)", tc.obsP, tc.moveS, g, want)
 		}
 		if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RoleDecode {
-			t.Fatalf("obsP %v: got %s %q %+v; want one prefill->decode move", tc.obsP, d.Action, d.Blocked, d.Moves)
+			t.Fatalf("obsP %v, last move %d s ago: got %s %q %+v; want one prefill->decode move", tc.obsP, tc.moveS, d.Action, d.Blocked, d.Moves)
 		}
 	}
 }
