@@ -576,6 +576,59 @@ func (s *Snapshot) decodeMeasuredShort(cur SplitScore, kvSoon bool, cfg Config) 
 	return kvSoon || s.ObservedDecode.past(cfg.TargetPressure, cfg) || s.kvPastTarget(cur, cfg)
 }
 
+// measuredPrefill is the prefill pool's measured pressure: observed
+// TTFT over its SLO, or the queued prefill (not the running prompts,
+// which more engines do not speed up) over engines × TTFT SLO, whichever
+// is larger.
+func (s *Snapshot) measuredPrefill() float64 {
+	m := s.ObservedPrefill.Mean
+	if s.PrefillEngines > 0 {
+		m = max(m, s.QueuedPrefillS/(float64(s.PrefillEngines)*s.Timing.TTFTSLOS))
+	}
+	return m
+}
+
+// overflowPriced: a horizon's demand holds an overflow cohort, which the
+// reference page prices at its largest shape.
+func (s *Snapshot) overflowPriced() bool { return s.Short.Overflow > 0 || s.Long.Overflow > 0 }
+
+// measuredWithin: the pool of the phase (prefill or decode) has
+// min_observations latencies and a measured pressure at most limit;
+// decode also with its resident KV within target and not projected to
+// run out.
+func (s *Snapshot) measuredWithin(prefill bool, limit float64, cur SplitScore, kvSoon bool, cfg Config) bool {
+	if prefill {
+		return s.PrefillEngines > 0 && s.ObservedPrefill.Count >= cfg.MinObservations && s.measuredPrefill() <= limit
+	}
+	return s.DecodeEngines > 0 && s.ObservedDecode.Count >= cfg.MinObservations && !kvSoon && !s.kvPastTarget(cur, cfg) && s.ObservedDecode.Mean <= limit
+}
+
+// measuredAt is the phase's measured pressure carried from the current
+// split to sc: times the larger of the engine-count ratio and the
+// prediction's own change between the two splits. The model's shape
+// knows the queueing cliff near saturation that a count ratio misses
+// (e24c: prefill measured 0.33 at 4 engines, linear 0.44 at 3, where
+// the pool collapses); the measurement sets the level. Decode is at
+// least its resident KV over sc's capacity.
+func (s *Snapshot) measuredAt(prefill bool, cur, sc SplitScore) float64 {
+	if prefill {
+		f := float64(s.PrefillEngines) / float64(max(1, sc.PrefillEngines))
+		if cur.PrefillPressure > 0 {
+			f = max(f, sc.PrefillPressure/cur.PrefillPressure)
+		}
+		return s.measuredPrefill() * f
+	}
+	f := float64(s.DecodeEngines) / float64(max(1, sc.DecodeEngines))
+	if cur.DecodePressure > 0 {
+		f = max(f, sc.DecodePressure/cur.DecodePressure)
+	}
+	m := s.ObservedDecode.Mean * f
+	if sc.KVCapacityTokens > 0 {
+		m = max(m, s.ResidentDecodeKV/sc.KVCapacityTokens)
+	}
+	return m
+}
+
 // unmeasuredDeficit is the hold reason for a move toward best whose
 // deficit only a prediction it cannot trust shows, with no measurement
 // saying the destination is short; "" when the prediction may move an
@@ -756,6 +809,8 @@ func (c *Controller) decide(nowNs int64) Decision {
 	if dir > 0 && s.prefillBehind {
 		confirmed = true
 	}
+	// A latency or queue measured past the SLO (not KV alone).
+	measuredDeficit := confirmed
 	// So is decode KV: resident KV measured past the target pressure of
 	// the decode pool's capacity. Observed TPOT reports a KV shortage
 	// only once sequences have waited for it, and by then the prefill
@@ -829,8 +884,47 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// phases are short, the score's ranking decides (holding would leave
 	// the worse phase drowning to keep the better one's margin).
 	srcLimit := c.cfg.SourceLimit
-	pass = narrow(largest(func(sc SplitScore) bool { return srcP(sc) < srcLimit || (confirmed && srcP(sc) < dstP(sc)) }))
-	gate(GateSourcePressure, pass, srcP(s.Split(dir*k)), srcLimit, from.String()+" pressure after the move")
+	srcOK := func(src, dst float64) bool { return src < srcLimit || (confirmed && src < dst) }
+	allowed := largest(func(sc SplitScore) bool { return srcOK(srcP(sc), dstP(sc)) })
+	srcValue, srcDetail := srcP, from.String()+" pressure after the move"
+	// A prediction from demand holding an overflow cohort (priced at its
+	// largest shape) is an upper bound. Against a latency or queue
+	// measured past the destination's SLO it yields to the pools'
+	// measurements (measuredAt): a source measured well within
+	// source_limit is priced at most at its measurement, and so is a
+	// destination measured within its SLO. Where only the measurement
+	// lets the move pass, one engine moves (the next decision sees it).
+	// The measurements must postdate the last move: the short window
+	// begins after its switch time, or it still holds latencies of the
+	// pools before that move landed (d02a: decode at 1.05 of its SLO
+	// measured while three engines landed, one more moved, and prefill
+	// went from 0.34 to 5× its SLO).
+	settled := c.lastMoveNs == 0 || float64(nowNs-c.lastMoveNs)/1e9 > float64(c.tm.ShortNs)/1e9+c.switchS()
+	if s.overflowPriced() && measuredDeficit && settled {
+		toPrefill := dir > 0
+		srcWithin, dstWithin := s.measuredWithin(!toPrefill, srcLimit, cur, kvSoon, c.cfg), s.measuredWithin(toPrefill, 1, cur, kvSoon, c.cfg)
+		srcM := func(sc SplitScore) float64 {
+			if !srcWithin {
+				return srcP(sc)
+			}
+			return min(srcP(sc), s.measuredAt(!toPrefill, cur, sc))
+		}
+		dstM := func(sc SplitScore) float64 {
+			if !dstWithin {
+				return dstP(sc)
+			}
+			return min(dstP(sc), s.measuredAt(toPrefill, cur, sc))
+		}
+		byMeasure := largest(func(sc SplitScore) bool { return srcOK(srcM(sc), dstM(sc)) })
+		if allowed == 0 {
+			allowed = min(byMeasure, 1)
+		} else {
+			allowed = min(allowed, byMeasure)
+		}
+		srcValue, srcDetail = srcM, srcDetail+", bounded by the measurements (demand priced with an overflow cohort)"
+	}
+	pass = narrow(allowed)
+	gate(GateSourcePressure, pass, srcValue(s.Split(dir*k)), srcLimit, srcDetail)
 	var ev *DemandEvidence
 	if dir > 0 {
 		// A move toward prefill must also leave decode room for the

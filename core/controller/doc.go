@@ -174,6 +174,31 @@
 // seed 2 under a 1 % profile error 15 pt, 94.25 → 78.85 %, for 0.04 on
 // the held half).
 //
+// source_pressure keeps the source's headroom: the source's pressure
+// after the move stays under source_limit, or, on a confirmed deficit,
+// under the destination's. Demand holding an overflow cohort is priced
+// at the cohort's largest shape, an upper bound that can read 14–200×
+// a TTFT SLO measured at 0.2–0.5 (the development draw's e04c). Where a
+// horizon holds one, the destination's latency or queue is measured
+// past its SLO (not KV alone), and the short window starts after the
+// last move's switch time, each pool is priced at most at its
+// measurement: the source when it measures within source_limit (at
+// least min_observations; decode KV within target), the destination
+// when it measures within its SLO. The measurement is carried to a
+// split by the larger of the engine-count ratio and the prediction's
+// own change between the two splits (the model knows the queueing
+// cliff near saturation, the measurement sets the level; prefill's is
+// max(TTFT ratio, queued prefill / (engines × TTFT SLO)), not the
+// running prompts). A move only the measurement allows takes one
+// engine. Measured (prior + calibrate, mean vs static-best): tune
+// +0.27 → +0.27 (no scenario changed), held −3.87 → −3.40 (d10b +14.7,
+// d04b +1.0, d11b −0.6; held shifting −0.37 → +0.17), the development
+// draw −6.93 → −4.34 (e04c 5.4 → 82.5 %, e11c +2.6, e16c +2.3); the
+// five rows unchanged at seeds 1–4. Without the settling condition the
+// tune half lost 0.05 (d02a −1.9: a move on decode measured while three
+// engines landed); the same bound on every basis (overflow or not) lost
+// 0.50 on the tune half.
+//
 // The proposal then passes, in order: role_floors, live_availability,
 // source_pressure, kv_limit, demand_evidence, cooldown, dwell,
 // profile_coverage, confirmation. Gates may lower the engine count; a gate

@@ -718,3 +718,114 @@ func TestLearnedOutputsCalibratedWhileTheMixHolds(t *testing.T) {
 		t.Fatalf("heavier mix: output scale %v, long decode %v; want the learned price (no calibration) above the measured %v", d.Snapshot.OutputScale, d.Current.LongDecode, low.Mean)
 	}
 }
+
+// overflowInputs: 20 req/s of 512-token prompts with 16 output tokens
+// (default_output_tokens 16 prices the zero-output cohort alike) and an
+// overflow cohort of n requests per window at maxInput tokens, priced at
+// that largest shape (the reference page's rule): decode demand is
+// incomplete, the closed form scores the splits, and its prefill
+// prediction is an upper bound.
+func overflowInputs(n, maxInput int64, obsP, obsD float64) Inputs {
+	in := Inputs{Arrivals: steady(512, 16, 20), Outputs: &fakeHistory{},
+		ObservedPrefill: PhaseObservation{Count: 100, Mean: obsP, Max: obsP},
+		ObservedDecode:  PhaseObservation{Count: 100, Mean: obsD, Max: obsD}}
+	in.Arrivals.(*fakeHistory).overflow = buckets.Cohort{Count: n, MaxInput: maxInput, ZeroOutput: true}
+	return in
+}
+
+func sourceGate(t *testing.T, d Decision) GateResult {
+	t.Helper()
+	for _, g := range d.Gates {
+		if g.Gate == GateSourcePressure {
+			return g
+		}
+	}
+	t.Fatalf("no %s gate in %+v", GateSourcePressure, d.Gates)
+	return GateResult{}
+}
+
+// TestOverflowPricedSourceYieldsToMeasuredDeficit: decode measured 1.5×
+// its TPOT SLO on 2 of 10 engines; the overflow-priced prefill
+// prediction at 7 prefill engines reads 1.11 (past source_limit 0.65 and
+// above decode's 1.0 there), which vetoed the move. Prefill measured at
+// 0.2 of its TTFT SLO, carried to 7 engines by the prediction's own
+// change (1.11 / 0.76 = 1.47 > 8/7), reads 0.29: one engine moves. With
+// prefill measured at 0.7 (not well within source_limit), or a move made
+// 39 s ago (the 10-s short window plus the 30-s switch time have not
+// passed since: the measurements may predate its landing), the
+// prediction stands and the move is blocked; 41 s after a move it
+// passes.
+func TestOverflowPricedSourceYieldsToMeasuredDeficit(t *testing.T) {
+	for _, tc := range []struct {
+		obsP  float64
+		moveS int64 // seconds since the last move (0: none)
+		move  bool
+	}{{0.2, 0, true}, {0.7, 0, false}, {0.2, 39, false}, {0.2, 41, true}} {
+		cfg := testConfig()
+		cfg.DefaultOutputTokens = 16
+		c := newTestController(t, cfg, 8, 2)
+		if tc.moveS > 0 {
+			if err := c.Restore(PersistedState{Version: stateVersion, LastMoveNs: t0 - tc.moveS*sec}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := c.Step(t0, overflowInputs(300, 1000, tc.obsP, 1.5))
+		if d.Basis != BasisObservedPressure || d.Best.Moves != -1 {
+			t.Fatalf("obsP %v, last move %d s ago: want the observed_pressure basis and a best split one engine toward decode; got %s %+v", tc.obsP, tc.moveS, d.Basis, d.Best)
+		}
+		pred := d.Best.PrefillPressure
+		if pred < cfg.SourceLimit || pred < d.Best.DecodePressure {
+			t.Fatalf("obsP %v, last move %d s ago: the prediction must veto the move on its own: prefill %v decode %v", tc.obsP, tc.moveS, pred, d.Best.DecodePressure)
+		}
+		g := sourceGate(t, d)
+		if !tc.move {
+			if d.Action != ActionBlocked || d.Blocked != GateSourcePressure || g.Value != pred {
+				t.Fatalf("obsP %v, last move %d s ago: got %s %q value %v; want blocked by %s at the prediction %v", tc.obsP, tc.moveS, d.Action, d.Blocked, g.Value, GateSourcePressure, pred)
+			}
+			continue
+		}
+		want := tc.obsP * max(8.0/7, pred/d.Current.PrefillPressure) // 0.2 × 1.107719/0.755783
+		if math.Abs(g.Value-want) > 1e-5 || math.Abs(want-0.29313) > 1e-4 || !g.Pass {
+			t.Fatalf("obsP %v, last move %d s ago: source_pressure %+v; want passing at %v (0.29313)", tc.obsP, tc.moveS, g, want)
+		}
+		if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RoleDecode {
+			t.Fatalf("obsP %v, last move %d s ago: got %s %q %+v; want one prefill->decode move", tc.obsP, tc.moveS, d.Action, d.Blocked, d.Moves)
+		}
+	}
+}
+
+// TestOverflowPricedDestinationYieldsToMeasurement: the prefill pool is
+// behind only by its running prompts (0.5 s each on 8 engines, queued
+// 0.05 s each: 0.4 / (8 × 0.25 s) = 0.2 of the SLO; observed TTFT 0.3),
+// the overflow-priced prefill prediction reads 43 at 9 engines, and
+// decode measures 0.5 on 2 engines: the move to prefill would take decode
+// to 1.0 measured. The destination is priced at its measurement (0.3 ×
+// max(8/9, 43.2/48.4) = 0.27), so the move is blocked; with a queue past
+// the SLO (0.4 s each: 1.6) the prediction stands and one engine moves.
+func TestOverflowPricedDestinationYieldsToMeasurement(t *testing.T) {
+	for _, tc := range []struct {
+		queued float64
+		move   bool
+	}{{0.05, false}, {0.4, true}} {
+		cfg := testConfig()
+		cfg.DefaultOutputTokens = 16
+		c := newTestController(t, cfg, 8, 2)
+		setResident(t, c, RolePrefill, t0, Resident{RunningPrefillS: 0.5, QueuedPrefillS: tc.queued}, 66144)
+		in := overflowInputs(400, 1500, 0.3, 0.5)
+		in.Arrivals.(*fakeHistory).ev = buckets.Evidence{SpanNs: 30 * sec, Observations: 5, Buckets: 30}
+		d := c.Step(t0, in)
+		if d.Basis != BasisRecovery || d.Best.Moves != 1 || d.Best.PrefillPressure < 40 {
+			t.Fatalf("queued %v: want the recovery basis, a best split one engine toward prefill predicted past 40; got %s %+v", tc.queued, d.Basis, d.Best)
+		}
+		g := sourceGate(t, d)
+		if tc.move {
+			if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RolePrefill || !g.Pass {
+				t.Fatalf("queued %v: got %s %q %+v; want one decode->prefill move", tc.queued, d.Action, d.Blocked, d.Moves)
+			}
+			continue
+		}
+		if d.Action != ActionBlocked || d.Blocked != GateSourcePressure || g.Value != 1 {
+			t.Fatalf("queued %v: got %s %q, source_pressure %+v; want blocked by %s at decode's measured 0.5 × 2/1 = 1", tc.queued, d.Action, d.Blocked, g, GateSourcePressure)
+		}
+	}
+}
