@@ -117,11 +117,12 @@
 // within 0.5 pt of threshold; quick reversals 0.50 → 0.59 per hour),
 // held −3.87 → −3.86 (27/32, 0.44 → 0.47), dev draw −6.93 → −6.74 (e22c
 // +2.9, none worse); the five rows within 0.05 pt of main at seeds
-// 1–4. Scaling up also below 16 sequences per engine without the KV
-// condition lost Mooncake 1.2–2.3 pt; from 8 sequences per engine it
-// lost the tune half's gain (HISTORY.md, session 5, helper P); measured TPOT under
-// target calibrates an upper-bound or learned output estimate
-// (output_scale) while the mix holds.
+// 1–4. Without the KV condition (scaling up wherever resident KV
+// exceeds the prediction) the Mooncake row lost 1.2–2.3 pt, and from 8
+// sequences per engine the tune half's gain was lost (HISTORY.md,
+// session 5, helper P). Measured TPOT under target calibrates an
+// upper-bound or learned output estimate (output_scale) while the mix
+// holds.
 // Learned output discounts are off while any retained bucket of the
 // outputs history holds overflow, i.e. until those observations expire
 // (they expire only as newer completions are recorded, so a stopped loop,
