@@ -662,6 +662,11 @@ func (s *Snapshot) unmeasuredDeficit(best, cur SplitScore, kvSoon bool, cfg Conf
 // step cost dominates and the estimate is noise).
 const minLoadSeqs = 16
 
+// kvCorrectionMax bounds kv_correction above 1: a decode pool measured
+// past target_pressure of its KV capacity holding up to this many times
+// the KV the model predicts at the current split.
+const kvCorrectionMax = 3.0
+
 // Step runs one controller step at nowNs: freeze, score, gate, decide,
 // journal; a move is handed to the actuator after the lock is released.
 func (c *Controller) Step(nowNs int64, in Inputs) Decision {

@@ -564,7 +564,10 @@ func TestDeliveredRate(t *testing.T) {
 
 // TestKVCorrection: with at least 16 resident sequences per decode
 // engine, predicted KV is scaled by resident / predicted at the current
-// split, clamped to [0.5, 1]; below that residency it is 1.
+// split, clamped to [0.5, 1]; below that residency it is 1. A pool whose
+// resident KV is past target_pressure (0.8) of its capacity and above
+// the prediction is scaled up to resident / predicted, at most 3, at any
+// residency (kvBound cases: capacity = resident / 0.9).
 func TestKVCorrection(t *testing.T) {
 	in := Inputs{Arrivals: steady(1024, 256, 20), Outputs: &fakeHistory{}}
 	c := newTestController(t, closedFormConfig(), 4, 4)
@@ -574,22 +577,30 @@ func TestKVCorrection(t *testing.T) {
 		t.Fatalf("no residency: correction %v, prediction %v; want 1 and > 0", raw.KVCorrection, pred)
 	}
 	for _, tc := range []struct {
-		seqs  int64
-		share float64 // resident KV as a share of the prediction
-		want  float64
-	}{{16, 0.7, 0.7}, {16, 0.1, 0.5}, {16, 3, 1}, {15, 0.7, 1}} {
+		seqs    int64
+		share   float64 // resident KV as a share of the prediction
+		kvBound bool    // resident KV at 90 % of capacity (else 1<<30 tokens each)
+		want    float64
+	}{
+		{16, 0.7, false, 0.7}, {16, 0.1, false, 0.5}, {16, 3, false, 1}, {15, 0.7, false, 1},
+		{4, 2, true, 2}, {16, 2.5, true, 2.5}, {16, 5, true, 3}, {16, 0.7, true, 0.7}, {4, 0.7, true, 1},
+	} {
 		c := newTestController(t, closedFormConfig(), 4, 4)
 		for _, e := range c.Engines() {
 			if e.Role == RoleDecode {
 				kv := int64(math.Round(tc.share * pred / 4))
-				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: tc.seqs, KVTokens: kv}, 1<<30, true); err != nil {
+				capTok := int64(1 << 30)
+				if tc.kvBound {
+					capTok = int64(math.Round(float64(kv) / 0.9))
+				}
+				if err := c.UpdateEngine(e.ID, t0, Resident{DecodeSeqs: tc.seqs, KVTokens: kv}, capTok, true); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 		s := c.Snapshot(t0, in)
 		if math.Abs(s.KVCorrection-tc.want) > 1e-3 {
-			t.Errorf("%d seqs, resident %v × predicted: correction %v; want %v", tc.seqs, tc.share, s.KVCorrection, tc.want)
+			t.Errorf("%d seqs, resident %v × predicted (KV-bound %v): correction %v; want %v", tc.seqs, tc.share, tc.kvBound, s.KVCorrection, tc.want)
 		}
 		if got := s.Split(0).KVNeedTokens; tc.want < 1 && math.Abs(got-max(s.ResidentDecodeKV, tc.want*pred)) > 1 {
 			t.Errorf("%d seqs: KV need %v; want %v", tc.seqs, got, max(s.ResidentDecodeKV, tc.want*pred))

@@ -104,9 +104,25 @@
 //
 // Measurements correct the model: observed TPOT calibrates the decode
 // cost (load or TPOT correction, clamped to [0.5, 2]); resident KV scales
-// predicted KV down (kv_correction in [0.5, 1]); measured TPOT under
-// target calibrates an upper-bound or learned output estimate
-// (output_scale) while the mix holds.
+// predicted KV down (kv_correction in [0.5, 1], from 16 resident
+// sequences per decode engine), and up (at most 3, at any residency)
+// while the decode pool is measured past target_pressure of its KV
+// capacity holding more than the model predicts: a drift to longer
+// outputs fills decode KV before completions show the new lengths, and
+// the rollout, starting from the resident KV with sequences leaving
+// after the old mean output, saw room that was not there (dev draw
+// e22c: 28 holds on "current split scores best" while decode measured
+// 1–6× its TPOT SLO at 88–95 % of its KV). Measured on the suite (prior
+// + calibrate, mean vs static-best): tune +0.27 → +0.38 (27 → 29 of 32
+// within 0.5 pt of threshold; quick reversals 0.50 → 0.59 per hour),
+// held −3.87 → −3.86 (27/32, 0.44 → 0.47), dev draw −6.93 → −6.74 (e22c
+// +2.9, none worse); the five rows within 0.05 pt of main at seeds
+// 1–4. Without the KV condition (scaling up wherever resident KV
+// exceeds the prediction) the Mooncake row lost 1.2–2.3 pt, and from 8
+// sequences per engine the tune half's gain was lost (HISTORY.md,
+// session 5, helper P). Measured TPOT under target calibrates an
+// upper-bound or learned output estimate (output_scale) while the mix
+// holds.
 // Learned output discounts are off while any retained bucket of the
 // outputs history holds overflow, i.e. until those observations expire
 // (they expire only as newer completions are recorded, so a stopped loop,

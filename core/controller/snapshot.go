@@ -184,10 +184,12 @@ type Snapshot struct {
 	// resident sequences); when it applies DecodeCorrection is 1.
 	DecodeLoadCorrection float64 `json:"decode_load_correction"`
 	// KVCorrection scales predicted decode KV by resident / predicted at
-	// the current split, in [0.5, 1], once the decode engines hold
-	// minLoadSeqs sequences each and no engine is moving to decode (1
-	// otherwise). Resident KV is a measurement of the present; the
-	// prediction compounds the rate, output and TPOT estimates.
+	// the current split while no engine is moving to decode: in [0.5, 1]
+	// once the decode engines hold minLoadSeqs sequences each; up to
+	// kvCorrectionMax when the resident KV is past target_pressure of the
+	// pool's known capacity and above the prediction (1 otherwise).
+	// Resident KV is a measurement of the present; the prediction
+	// compounds the rate, output and TPOT estimates.
 	KVCorrection    float64          `json:"kv_correction"`
 	ObservedPrefill PhaseObservation `json:"observed_prefill"`
 	ObservedDecode  PhaseObservation `json:"observed_decode"`
@@ -600,8 +602,18 @@ func (s *Snapshot) prepare() {
 		(s.RunningPrefillS+s.QueuedPrefillS)/(float64(s.PrefillEngines)*s.Timing.TTFTSLOS) > 1
 	s.calibrateOutputs()
 	s.KVCorrection = 1
-	if s.DecodeEngines > 0 && s.IncomingDecode == 0 && residentSeqs >= minLoadSeqs*int64(s.DecodeEngines) {
-		if pred := s.closedSplit(0).kvPred; pred > 0 {
+	if s.DecodeEngines > 0 && s.IncomingDecode == 0 {
+		pred := s.closedSplit(0).kvPred
+		kvBound := c.kvUnknownD == 0 && s.ResidentDecodeKV > s.Config.TargetPressure*c.kvCapD
+		switch {
+		case pred <= 0:
+		case kvBound && s.ResidentDecodeKV > pred:
+			// A pool measured past target_pressure of its KV holds more
+			// than the model says (outputs longer than the completions
+			// have shown so far, slower steps): the measurement wins, up
+			// to kvCorrectionMax, at any residency.
+			s.KVCorrection = min(kvCorrectionMax, s.ResidentDecodeKV/pred)
+		case residentSeqs >= minLoadSeqs*int64(s.DecodeEngines):
 			s.KVCorrection = max(0.5, min(1, s.ResidentDecodeKV/pred))
 		}
 	}

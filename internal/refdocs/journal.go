@@ -122,7 +122,7 @@ var journalHints = map[string]string{
 	"outputs":                 "The output-length estimate (built once per step, used for both horizons).",
 	"decode_correction":       "Observed / modelled TPOT, scaling the TPOT (clamped to [0.5, 2]; 1 when the load correction applies).",
 	"decode_load_correction":  "Scales the per-sequence decode cost from observed TPOT (clamped to [0.5, 2]).",
-	"kv_correction":           "Resident / predicted KV at the current split, scaling predicted KV (in [0.5, 1]).",
+	"kv_correction":           "Resident / predicted KV at the current split, scaling predicted KV (in [0.5, 1]; up to 3 while resident KV is past target_pressure of the decode capacity).",
 	"output_scale":            "Scale of the mean output calibrated to measured TPOT (at most 1).",
 	"observed_prefill":        "Observed TTFT / SLO over the short horizon.",
 	"observed_decode":         "Observed TPOT / SLO over the short horizon.",
