@@ -216,8 +216,8 @@
 // 0.50 on the tune half. The queue in that measurement is its minimum
 // over the short window's steps, not this step's reading: a one-second
 // spike (e16c: 29 s queued on 14 prefill engines, 1.04 of 14 × 2 s,
-// after 0–4 s in the steps before) no longer stands in for a
-// destination measured short and takes decode from two engines to one.
+// after 0–6 s in the steps before) no longer stands in for a
+// destination measured short (it let decode go from two engines to one).
 // Measured (prior + calibrate, mean vs static-best): tune +0.38 → +0.38
 // (no scenario changed), the development draw −4.15 → −3.00 (e16c 49.7
 // → 86.5 %, no other changed), held −3.38 → −3.38 (none changed);
