@@ -74,6 +74,9 @@ type Controller struct {
 	// kvHist: resident decode KV at each step (ring).
 	kvHist [kvHistCap]kvSample
 	kvN    int
+	// qHist: the prefill queue ratio at each step (ring; recordQueue).
+	qHist [qHistCap]qSample
+	qN    int
 
 	snap     Snapshot
 	cellBuf  []buckets.Cell
@@ -583,7 +586,7 @@ func (s *Snapshot) decodeMeasuredShort(cur SplitScore, kvSoon bool, cfg Config) 
 func (s *Snapshot) measuredPrefill() float64 {
 	m := s.ObservedPrefill.Mean
 	if s.PrefillEngines > 0 {
-		m = max(m, s.QueuedPrefillS/(float64(s.PrefillEngines)*s.Timing.TTFTSLOS))
+		m = max(m, s.queueShort)
 	}
 	return m
 }
@@ -662,6 +665,47 @@ func (s *Snapshot) unmeasuredDeficit(best, cur SplitScore, kvSoon bool, cfg Conf
 // step cost dominates and the estimate is noise).
 const minLoadSeqs = 16
 
+// The prefill-queue history: the queued prefill over prefill engines ×
+// TTFT SLO at each step, in a ring of qHistCap samples kept at least
+// ShortNs/qHistThin apart (a step closer to the newest sample folds into
+// it, keeping the smaller reading and the older time), so the ring spans
+// the short window at any step period.
+const (
+	qHistCap  = 32
+	qHistThin = 16
+)
+
+type qSample struct {
+	atNs int64
+	q    float64
+}
+
+// recordQueue keeps this step's prefill queue ratio and sets s.queueShort
+// to its minimum over the short window (the samples at most ShortNs old,
+// this step's included).
+func (c *Controller) recordQueue(nowNs int64, s *Snapshot) {
+	q := 0.0
+	if s.PrefillEngines > 0 {
+		q = s.QueuedPrefillS / (float64(s.PrefillEngines) * s.Timing.TTFTSLOS)
+	}
+	if c.qN >= 2 && nowNs-c.qHist[(c.qN-2)%qHistCap].atNs < c.tm.ShortNs/qHistThin {
+		last := &c.qHist[(c.qN-1)%qHistCap]
+		last.q = min(last.q, q)
+	} else {
+		c.qHist[c.qN%qHistCap] = qSample{atNs: nowNs, q: q}
+		c.qN++
+	}
+	s.queueShort = q
+	from := nowNs - c.tm.ShortNs
+	for i := 1; i <= min(c.qN, qHistCap); i++ {
+		smp := c.qHist[(c.qN-i)%qHistCap]
+		if smp.atNs < from {
+			break
+		}
+		s.queueShort = min(s.queueShort, smp.q)
+	}
+}
+
 // kvCorrectionMax bounds kv_correction above 1: a decode pool measured
 // past target_pressure of its KV capacity holding up to this many times
 // the KV the model predicts at the current split.
@@ -738,6 +782,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		}
 	}()
 
+	c.recordQueue(nowNs, s)
 	if s.Basis == BasisNoEngines {
 		d.Reason = "no live serving engine"
 		c.confirmDir, c.confirmCount = 0, 0

@@ -213,7 +213,15 @@
 // five rows unchanged at seeds 1–4. Without the settling condition the
 // tune half lost 0.05 (d02a −1.9: a move on decode measured while three
 // engines landed); the same bound on every basis (overflow or not) lost
-// 0.50 on the tune half.
+// 0.50 on the tune half. The queue in that measurement is its minimum
+// over the short window's steps, not this step's reading: a one-second
+// spike (e16c: 29 s queued on 14 prefill engines, 1.04 of 14 × 2 s,
+// after 0–6 s in the steps before) no longer stands in for a
+// destination measured short (it let decode go from two engines to one).
+// Measured (prior + calibrate, mean vs static-best): tune +0.38 → +0.38
+// (no scenario changed), the development draw −4.15 → −3.00 (e16c 49.7
+// → 86.5 %, no other changed), held −3.38 → −3.38 (none changed);
+// quick reversals and the five rows at seeds 1–4 unchanged.
 //
 // The proposal then passes, in order: role_floors, live_availability,
 // source_pressure, kv_limit, demand_evidence, cooldown, dwell,

@@ -829,3 +829,51 @@ func TestOverflowPricedDestinationYieldsToMeasurement(t *testing.T) {
 		}
 	}
 }
+
+// TestOverflowPricedDestinationQueueOverTheShortWindow: the measured
+// prefill queue that keeps the destination priced at its prediction
+// must hold over the short window (its minimum over the window's
+// steps), not one reading (e16c: a one-second spike of 29 s queued on
+// 14 engines, 1.04 of 14 × 2 s, let decode's last engine go). As
+// TestOverflowPricedDestinationYieldsToMeasurement: 8 prefill engines
+// at 0.5 s running each, TTFT SLO 0.25 s. A queue of 0.4 s per engine
+// (1.6 of the SLO) now, after 0.05 s per engine (0.2) 8 s ago: the
+// window's minimum is 0.2, within the SLO, so the destination is priced
+// at its measurement and the move is blocked (decode measured 0.5 × 2/1
+// = 1). The same reading 12 s ago (outside the 10-s short window), or
+// 0.4 s held at both steps, leaves the queue past the SLO and one engine
+// moves (two confirmation steps, so the earlier step never moves).
+func TestOverflowPricedDestinationQueueOverTheShortWindow(t *testing.T) {
+	for _, tc := range []struct {
+		earlierS int64
+		earlierQ float64
+		move     bool
+	}{{8, 0.05, false}, {12, 0.05, true}, {8, 0.4, true}} {
+		cfg := testConfig()
+		cfg.DefaultOutputTokens = 16
+		cfg.ConfirmSteps = 2 // the earlier step holds the move in every case
+		c := newTestController(t, cfg, 8, 2)
+		in := overflowInputs(400, 1500, 0.3, 0.5)
+		in.Arrivals.(*fakeHistory).ev = buckets.Evidence{SpanNs: 30 * sec, Observations: 5, Buckets: 30}
+		at := t0 - tc.earlierS*sec
+		setResident(t, c, RolePrefill, at, Resident{RunningPrefillS: 0.5, QueuedPrefillS: tc.earlierQ}, 66144)
+		if d := c.Step(at, in); d.Action == ActionMove {
+			t.Fatalf("earlier step (queue %v): moved %+v; the scenario needs it held", tc.earlierQ, d.Moves)
+		}
+		setResident(t, c, RolePrefill, t0, Resident{RunningPrefillS: 0.5, QueuedPrefillS: 0.4}, 66144)
+		d := c.Step(t0, in)
+		if d.Basis != BasisRecovery || d.Best.Moves != 1 || d.Best.PrefillPressure < 40 {
+			t.Fatalf("%+v: want the recovery basis, a best split one engine toward prefill predicted past 40; got %s %+v", tc, d.Basis, d.Best)
+		}
+		g := sourceGate(t, d)
+		if tc.move {
+			if d.Action != ActionMove || len(d.Moves) != 1 || d.Moves[0].To != RolePrefill || !g.Pass {
+				t.Fatalf("%+v: got %s %q %+v; want one decode->prefill move", tc, d.Action, d.Blocked, d.Moves)
+			}
+			continue
+		}
+		if d.Action != ActionBlocked || d.Blocked != GateSourcePressure || g.Value != 1 {
+			t.Fatalf("%+v: got %s %q, source_pressure %+v; want blocked by %s at decode's measured 0.5 × 2/1 = 1", tc, d.Action, d.Blocked, g, GateSourcePressure)
+		}
+	}
+}

@@ -240,6 +240,9 @@ type Snapshot struct {
 	// SLO ((running + queued prefill s) / (engines × SLO) > 1), a
 	// measured deficit like an observed latency past the SLO.
 	prefillBehind bool
+	// queueShort: the queued prefill over prefill engines × TTFT SLO,
+	// its minimum over the short window's steps (recordQueue).
+	queueShort float64
 	// useObserved: with complete demand, observed pressure (enough
 	// observations) still floors the prediction.
 	useObserved bool
