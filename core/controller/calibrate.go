@@ -181,17 +181,11 @@ func (r *rls) add(nowNs int64, x float64, phi [3]float64, y float64) {
 		dt := float64(nowNs - r.lastNs)
 		k := math.Exp(-dt / float64(calibTauNs))
 		for b := range r.bins {
-			bn := &r.bins[b]
-			if bn.n == 0 {
-				continue
+			if bn := &r.bins[b]; bn.n != 0 {
+				old := *bn
+				*bn = rlsBin{}
+				bn.addScaled(&old, k)
 			}
-			for i := 0; i < 3; i++ {
-				for j := 0; j < 3; j++ {
-					bn.m[i][j] *= k
-				}
-				bn.v[i] *= k
-			}
-			bn.n *= k
 		}
 		ko := math.Exp(-dt / float64(calibOpTauNs))
 		r.opW *= ko
@@ -268,19 +262,22 @@ var calibAllBins = func() (w [calibBins]float64) {
 // sum is the system of the bins weighted by w.
 func (r *rls) sum(w *[calibBins]float64) (s rlsBin) {
 	for b := range r.bins {
-		bn := &r.bins[b]
-		if bn.n == 0 {
-			continue
+		if bn := &r.bins[b]; bn.n != 0 {
+			s.addScaled(bn, w[b])
 		}
-		for i := 0; i < 3; i++ {
-			for j := 0; j < 3; j++ {
-				s.m[i][j] += w[b] * bn.m[i][j]
-			}
-			s.v[i] += w[b] * bn.v[i]
-		}
-		s.n += w[b] * bn.n
 	}
 	return s
+}
+
+// addScaled adds k × o to the system (its sums and its interval count).
+func (b *rlsBin) addScaled(o *rlsBin, k float64) {
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			b.m[i][j] += k * o.m[i][j]
+		}
+		b.v[i] += k * o.v[i]
+	}
+	b.n += k * o.n
 }
 
 // fit solves the multipliers from the bins weighted by w; it returns the
