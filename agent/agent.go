@@ -295,7 +295,11 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 		} else {
 			e.latency = latencySince(e.metrics, r.m, e.lastOKNs, nowNs)
 			if e.lastOKNs > 0 && nowNs > e.lastOKNs {
-				e.rate.Observe(e.metrics.Latency, r.m.Latency, float64(nowNs-e.lastOKNs)/1e9)
+				iv := float64(nowNs-e.lastOKNs) / 1e9
+				e.rate.Observe(e.metrics.Latency, r.m.Latency, iv)
+				if e.metrics.Waiting > 0 && r.m.Waiting > 0 {
+					e.rate.ObserveBusy(e.metrics.Latency, r.m.Latency, iv)
+				}
 			}
 			e.backlog = e.rate.Price(r.m.Waiting, r.m.Running, r.m.Latency)
 			e.metrics, e.scrapeErr, e.lastOKNs = r.m, "", nowNs

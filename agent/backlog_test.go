@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -163,5 +164,54 @@ func TestQueuedPrefillFromEngineReachesRecoveryDecision(t *testing.T) {
 	b, _ := json.Marshal(dec)
 	if !strings.Contains(string(b), `"queued_prefill_s":3`) || !strings.Contains(string(b), `"recovery_prefill_ratio":13`) {
 		t.Fatalf("decision JSON lacks the backlog: %s", b)
+	}
+}
+
+// sglangPublished is SGLang's published metrics page (no
+// sglang:queue_time_seconds) with its first-token count and waiting
+// gauge set.
+func sglangPublished(t *testing.T, firstTokens float64, waiting int) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/public/sglang_docs_production_metrics.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := strings.Replace(string(b), `sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} 11008.0`,
+		fmt.Sprintf(`sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} %g`, firstTokens), 1)
+	page = strings.Replace(page, `sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2826.0`,
+		fmt.Sprintf(`sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} %d`, waiting), 1)
+	return []byte(page)
+}
+
+// An SGLang release without sglang:queue_time_seconds times no prefill:
+// the agent reports its backlog unpriced until it has seen requests
+// waiting at two successive scrapes, then priced at the first tokens
+// it completed meanwhile: 11,008 → 11,068 in 20 s is 3/s, so 2,826
+// waiting are 942 s and 162 running 27 s. An idle interval in between
+// (nothing waiting at the earlier scrape) teaches nothing.
+func TestSnapshotPricesSGLangBacklogAtBusyThroughput(t *testing.T) {
+	eng, body := pageServer(t, sglangPublished(t, 11000, 0))
+	cfg := backlogEngine("s1", "prefill", eng.URL)
+	cfg.Kind = engine.SGLang
+	a, err := New(Config{Node: "n", StaleAfterS: 60, Engines: []EngineConfig{cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a.Collect(ctx, 10e9)
+	body.Store(sglangPublished(t, 11008, 2826)) // idle before: not observed
+	if res := a.Collect(ctx, 30e9).Engines[0].Resident; res.QueuedPrefillS != 0 {
+		t.Fatalf("after an idle interval the backlog is priced: %+v", res)
+	}
+	if g := testutil.ToFloat64(a.priced.WithLabelValues("s1")); g != 0 {
+		t.Errorf("priced gauge %v before a busy interval; want 0", g)
+	}
+	body.Store(sglangPublished(t, 11068, 2826))
+	res := a.Collect(ctx, 50e9).Engines[0].Resident
+	if math.Abs(res.QueuedPrefillS-942) > 1e-6 || math.Abs(res.RunningPrefillS-27) > 1e-6 {
+		t.Errorf("busy throughput: queued %v running %v; want 942, 27", res.QueuedPrefillS, res.RunningPrefillS)
+	}
+	if g := testutil.ToFloat64(a.priced.WithLabelValues("s1")); g != 1 {
+		t.Errorf("priced gauge %v; want 1", g)
 	}
 }

@@ -36,8 +36,13 @@
 //     recent prefill (agent or engine just started, long idle) the
 //     engine's lifetime seconds per prefill stand in; with none at all
 //     the backlog is 0 and narwhal_agent_engine_prefill_backlog_priced
-//     is 0 (also on SGLang releases without sglang:queue_time_seconds,
-//     whose time to first token is mostly queueing). Every engine is
+//     is 0. SGLang releases without sglang:queue_time_seconds time no
+//     prefill (their time to first token is mostly queueing); there the
+//     drain rate is the busy throughput: first tokens per second over
+//     the scrape intervals that had requests waiting at both ends (an
+//     engine with a standing queue works throughout, so that is its
+//     capacity), decayed with the same half-life; until the agent has
+//     seen one such interval the backlog is unpriced. Every engine is
 //     priced; the core reads the seconds of prefill-role engines only
 //     (the agent does not know the controller's current role; a decode
 //     engine's waiting requests await KV, not prefill). SGLang's P/D

@@ -17,6 +17,11 @@ const (
 	// (no recent prefill: the agent just started, the engine restarted,
 	// or it was idle for several half-lives).
 	BacklogLifetime = "lifetime"
+	// BacklogBusy: the engine times no prefill (SGLang without
+	// sglang:queue_time_seconds), so its drain rate is the requests that
+	// reached their first token per second over the intervals in which
+	// requests waited at both ends (busy throughout).
+	BacklogBusy = "busy_throughput"
 	// BacklogUnpriced: the engine has timed no prefill (or exposes no
 	// prefill histogram); the backlog is reported as 0 seconds.
 	BacklogUnpriced = "none"
@@ -51,8 +56,37 @@ type Backlog struct {
 // the time the engine needs to clear it. Per-request seconds already carry
 // the engine's prompt mix (and its quadratic attention cost), which a
 // token rate times a mean prompt length would not.
+//
+// An engine that reports when requests reach their first token but not
+// how long their prefill took (SGLang releases without
+// sglang:queue_time_seconds, whose time to first token is mostly
+// queueing) is priced at its busy throughput instead (ObserveBusy): the
+// first tokens per second over intervals in which requests were waiting
+// at both scrapes. An engine with a standing queue works throughout, so
+// what it completed is what it can do; idle intervals are left out
+// because they would price a later queue at the idle rate.
 type PrefillRate struct {
 	n, s, w float64
+	// bn, bw: first tokens and wall seconds over busy intervals, decayed
+	// by the busy seconds that follow.
+	bn, bw float64
+}
+
+// ObserveBusy adds what the first-token count gained from prev to cur,
+// read intervalS seconds apart, to the busy throughput. Call it only for
+// intervals in which requests waited at both scrapes. Counters that
+// went down forget it; missing figures change nothing.
+func (r *PrefillRate) ObserveBusy(prev, cur *LatencyCounters, intervalS float64) {
+	if prev == nil || cur == nil || !(intervalS > 0) || math.IsInf(intervalS, 0) || prev.FirstTokens < 0 || cur.FirstTokens < 0 {
+		return
+	}
+	dn := cur.FirstTokens - prev.FirstTokens
+	if dn < 0 {
+		r.bn, r.bw = 0, 0
+		return
+	}
+	d := math.Exp2(-intervalS / BacklogHalfLifeS)
+	r.bn, r.bw = r.bn*d+dn, r.bw*d+intervalS
 }
 
 // Observe adds what the prefill counters gained from prev to cur, read
@@ -80,7 +114,9 @@ func (r *PrefillRate) Reset() { *r = PrefillRate{} }
 // Price turns waiting and running request counts (negative: unknown,
 // taken as 0) into prefill seconds: at the recent rate when at least one
 // prefill's weight remains in the decayed sums, else at cur's lifetime
-// rate (count / seconds), else unpriced (0 seconds).
+// rate (count / seconds), else, when the engine times no prefill at all,
+// at the busy throughput (at least one first token's weight), else
+// unpriced (0 seconds).
 func (r *PrefillRate) Price(waiting, running int64, cur *LatencyCounters) Backlog {
 	b := Backlog{Source: BacklogUnpriced}
 	switch {
@@ -91,6 +127,8 @@ func (r *PrefillRate) Price(waiting, running int64, cur *LatencyCounters) Backlo
 		}
 	case cur != nil && cur.PrefillCount >= 1 && cur.PrefillSeconds > 0:
 		b.RequestsPerS, b.Source = cur.PrefillCount/cur.PrefillSeconds, BacklogLifetime
+	case (cur == nil || cur.PrefillCount < 0) && r.bn >= 1 && r.bw > 0:
+		b.RequestsPerS, b.Source = r.bn/r.bw, BacklogBusy
 	}
 	if !(b.RequestsPerS > 0) || math.IsInf(b.RequestsPerS, 0) {
 		return Backlog{Source: BacklogUnpriced}

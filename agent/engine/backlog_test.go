@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 )
@@ -160,8 +161,10 @@ sglang:queue_time_seconds_count 10
 // prices at its lifetime rate and reports 0 s for an empty queue, and 5
 // waiting on the same counters at 5 × 0.382 / 9 s; SGLang's
 // documentation page predates sglang:queue_time_seconds, so its 2,826
-// waiting requests cannot be priced (time to first token there is
-// mostly queueing: 214 s a request) and are reported as 0, unpriced.
+// waiting requests cannot be priced from one page (time to first token
+// there is mostly queueing: 214 s a request) and are reported as 0,
+// unpriced, until a busy interval is seen
+// (TestBacklogBusyThroughputWithoutPrefillTiming).
 func TestBacklogFromPublishedPages(t *testing.T) {
 	v := parsePage(t, VLLM, "../testdata/public/vllm_tinyllama_blog.prom")
 	var r PrefillRate
@@ -175,4 +178,63 @@ func TestBacklogFromPublishedPages(t *testing.T) {
 		t.Fatalf("sglang page waiting %d; want 2826", s.Waiting)
 	}
 	checkBacklog(t, "sglang page", r.Price(s.Waiting, s.Running, s.Latency), 0, 0, BacklogUnpriced)
+}
+
+// publishedSGLang is SGLang's published metrics page (no
+// sglang:queue_time_seconds) with its time-to-first-token count and
+// waiting gauge replaced, as the same server would read later.
+func publishedSGLang(t *testing.T, firstTokens float64, waiting int) Metrics {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/public/sglang_docs_production_metrics.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := strings.Replace(string(b), `sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} 11008.0`,
+		fmt.Sprintf(`sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} %g`, firstTokens), 1)
+	page = strings.Replace(page, `sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2826.0`,
+		fmt.Sprintf(`sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} %d`, waiting), 1)
+	if page == string(b) {
+		t.Fatal("published SGLang page: the lines to replace are missing")
+	}
+	return parseText(t, SGLang, page)
+}
+
+// An SGLang engine that times no prefill (the published page, without
+// sglang:queue_time_seconds) is priced at its busy throughput: 11,008 →
+// 11,068 first tokens in 20 s with requests waiting at both scrapes is
+// 3 requests/s, so 2,826 waiting are 942 s of queued prefill and 162
+// running are 27 s (half done). Intervals that were not busy are not
+// observed; with no busy interval the backlog stays unpriced, and a
+// counter that went down (a restart) forgets the throughput.
+func TestBacklogBusyThroughputWithoutPrefillTiming(t *testing.T) {
+	p0 := publishedSGLang(t, 11008, 2826)
+	p1 := publishedSGLang(t, 11068, 2826)
+	if p1.Latency == nil || p1.Latency.PrefillCount != -1 || p1.Latency.FirstTokens != 11068 {
+		t.Fatalf("page read as %+v; want untimed prefill, 11068 first tokens", p1.Latency)
+	}
+	var r PrefillRate
+	r.Observe(p0.Latency, p1.Latency, 20)
+	checkBacklog(t, "no busy interval yet", r.Price(p1.Waiting, p1.Running, p1.Latency), 0, 0, BacklogUnpriced)
+	r.ObserveBusy(p0.Latency, p1.Latency, 20)
+	b := r.Price(p1.Waiting, p1.Running, p1.Latency)
+	checkBacklog(t, "busy", b, 942, 27, BacklogBusy)
+	near(t, "busy rate", b.RequestsPerS, 3)
+
+	// another busy interval at 5/s: decayed mean (60·2^(-1/3)+50)/(20·2^(-1/3)+10)
+	p2 := publishedSGLang(t, 11118, 2000)
+	r.ObserveBusy(p1.Latency, p2.Latency, 10)
+	d := math.Exp2(-10 / BacklogHalfLifeS)
+	near(t, "two busy intervals", r.Price(2000, 0, p2.Latency).RequestsPerS, (60*d+50)/(20*d+10))
+
+	restarted := publishedSGLang(t, 5, 10)
+	r.ObserveBusy(p2.Latency, restarted.Latency, 10)
+	checkBacklog(t, "restart", r.Price(10, 0, restarted.Latency), 0, 0, BacklogUnpriced)
+
+	// an engine that times its prefills keeps its timed rate
+	v0 := parseText(t, VLLM, vllmPage(4, 0, 40, 10, 2000)).Latency
+	v1 := parseText(t, VLLM, vllmPage(4, 0, 48, 14, 2000)).Latency
+	var rv PrefillRate
+	rv.Observe(v0, v1, 10)
+	rv.ObserveBusy(v0, v1, 10)
+	checkBacklog(t, "timed engine", rv.Price(4, 0, v1), 2, 0, BacklogRecent)
 }

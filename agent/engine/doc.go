@@ -38,8 +38,10 @@
 //
 // Backlog (backlog.go): PrefillRate learns an engine's prefill drain
 // rate from its prefill histogram at successive scrapes and prices its
-// waiting and running requests in seconds (see package agent for the
-// choice of source).
+// waiting and running requests in seconds; an engine that times no
+// prefill (SGLang without queue_time) is priced at the first tokens it
+// completed per second while requests waited (see package agent for
+// the choice of source).
 //
 // Concurrency: all functions are pure and safe for concurrent use; a
 // PrefillRate is one engine's and not safe for concurrent use.

@@ -55,6 +55,11 @@ type LatencyCounters struct {
 	// total (one per generated token after the first).
 	DecodeCount   float64 `json:"decode_count"`
 	DecodeSeconds float64 `json:"decode_seconds"`
+	// FirstTokens counts the requests that reached their first token,
+	// whether or not their prefill time is known (SGLang: the time to
+	// first token histogram's count). PrefillRate's busy throughput
+	// reads it where the prefill itself is not timed.
+	FirstTokens float64 `json:"first_tokens"`
 	// Names are the families found, for diagnostics.
 	Names []string `json:"names,omitempty"`
 }
@@ -132,7 +137,7 @@ func histSquares(f *dto.MetricFamily) float64 {
 // readLatency fills the latency counters from the parsed families.
 func readLatency(kind Kind, fams map[string]*dto.MetricFamily) *LatencyCounters {
 	lc := &LatencyCounters{PrefillCount: -1, PrefillSeconds: -1, PromptRequests: -1, PromptTokens: -1,
-		PromptTokensTotal: -1, DecodeCount: -1, DecodeSeconds: -1}
+		PromptTokensTotal: -1, DecodeCount: -1, DecodeSeconds: -1, FirstTokens: -1}
 	found := false
 	take := func(name string) (float64, float64, bool) {
 		c, s, ok := histSum(fams[name])
@@ -154,7 +159,7 @@ func readLatency(kind Kind, fams map[string]*dto.MetricFamily) *LatencyCounters 
 	switch kind {
 	case VLLM:
 		if c, s, ok := take(vllmPrefillTime); ok {
-			lc.PrefillCount, lc.PrefillSeconds = c, s
+			lc.PrefillCount, lc.PrefillSeconds, lc.FirstTokens = c, s, c
 		}
 		if c, s, ok := take(vllmPromptHist); ok {
 			lc.PromptRequests, lc.PromptTokens = c, s
@@ -169,6 +174,9 @@ func readLatency(kind Kind, fams map[string]*dto.MetricFamily) *LatencyCounters 
 	case SGLang:
 		tc, ts, tok := take(sglTTFT)
 		qc, qs, qok := take(sglQueueTime)
+		if tok {
+			lc.FirstTokens = tc
+		}
 		if tok && qok && qc == tc && ts >= qs {
 			lc.PrefillCount, lc.PrefillSeconds = tc, ts-qs
 		}
