@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -167,20 +166,22 @@ func TestQueuedPrefillFromEngineReachesRecoveryDecision(t *testing.T) {
 	}
 }
 
-// sglangPublished is SGLang's published metrics page (no
-// sglang:queue_time_seconds) with its first-token count and waiting
-// gauge set.
-func sglangPublished(t *testing.T, firstTokens float64, waiting int) []byte {
+// sglangUntimed is an SGLang page as releases without
+// sglang:queue_time_seconds write it: time to first token (mostly
+// queueing there) with its count, and the request gauges.
+func sglangUntimed(t *testing.T, firstTokens float64, waiting int) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/public/sglang_docs_production_metrics.prom")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page := strings.Replace(string(b), `sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} 11008.0`,
-		fmt.Sprintf(`sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} %g`, firstTokens), 1)
-	page = strings.Replace(page, `sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2826.0`,
-		fmt.Sprintf(`sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} %d`, waiting), 1)
-	return []byte(page)
+	return fmt.Appendf(nil, `# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m"} 162
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m"} %d
+# TYPE sglang:num_used_tokens gauge
+sglang:num_used_tokens{model_name="m"} 123859
+# TYPE sglang:time_to_first_token_seconds histogram
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} %g
+sglang:time_to_first_token_seconds_sum{model_name="m"} %g
+sglang:time_to_first_token_seconds_count{model_name="m"} %g
+`, waiting, firstTokens, 214*firstTokens, firstTokens)
 }
 
 // An SGLang release without sglang:queue_time_seconds times no prefill:
@@ -190,7 +191,7 @@ func sglangPublished(t *testing.T, firstTokens float64, waiting int) []byte {
 // waiting are 942 s and 162 running 27 s. An idle interval in between
 // (nothing waiting at the earlier scrape) teaches nothing.
 func TestSnapshotPricesSGLangBacklogAtBusyThroughput(t *testing.T) {
-	eng, body := pageServer(t, sglangPublished(t, 11000, 0))
+	eng, body := pageServer(t, sglangUntimed(t, 11000, 0))
 	cfg := backlogEngine("s1", "prefill", eng.URL)
 	cfg.Kind = engine.SGLang
 	a, err := New(Config{Node: "n", StaleAfterS: 60, Engines: []EngineConfig{cfg}})
@@ -199,14 +200,14 @@ func TestSnapshotPricesSGLangBacklogAtBusyThroughput(t *testing.T) {
 	}
 	ctx := context.Background()
 	a.Collect(ctx, 10e9)
-	body.Store(sglangPublished(t, 11008, 2826)) // idle before: not observed
+	body.Store(sglangUntimed(t, 11008, 2826)) // idle before: not observed
 	if res := a.Collect(ctx, 30e9).Engines[0].Resident; res.QueuedPrefillS != 0 {
 		t.Fatalf("after an idle interval the backlog is priced: %+v", res)
 	}
 	if g := testutil.ToFloat64(a.priced.WithLabelValues("s1")); g != 0 {
 		t.Errorf("priced gauge %v before a busy interval; want 0", g)
 	}
-	body.Store(sglangPublished(t, 11068, 2826))
+	body.Store(sglangUntimed(t, 11068, 2826))
 	res := a.Collect(ctx, 50e9).Engines[0].Resident
 	if math.Abs(res.QueuedPrefillS-942) > 1e-6 || math.Abs(res.RunningPrefillS-27) > 1e-6 {
 		t.Errorf("busy throughput: queued %v running %v; want 942, 27", res.QueuedPrefillS, res.RunningPrefillS)
