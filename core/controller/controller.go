@@ -768,6 +768,8 @@ func (c *Controller) decide(nowNs int64) Decision {
 	d.QueuedPrefillS = roundJ(s.QueuedPrefillS)
 	d.ObservedPrefillRatio = roundJ(s.ObservedPrefill.Mean)
 	d.ObservedDecodeRatio = roundJ(s.ObservedDecode.Mean)
+	d.ObservedPrefillMissShare = roundJ(s.ObservedPrefill.MissShare())
+	d.ObservedDecodeMissShare = roundJ(s.ObservedDecode.MissShare())
 	d.Profiles, d.Unprofiled = c.profileUses()
 	defer func() {
 		for i, b := range Bases {
