@@ -263,6 +263,24 @@ func BenchmarkAttainmentRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkPressureRecord: one observed TTFT / SLO ratio per op (the
+// trace's prompt length / 2000, so about one in seven (14 %) is past the SLO and
+// takes the miss count's extra add), 1 s buckets retained for a minute.
+func BenchmarkPressureRecord(b *testing.B) {
+	shapes := bkTrace(b)
+	p, err := buckets.NewPressure(bkWidth, bkWindow)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	ts := bkBase
+	for i := 0; i < b.N; i++ {
+		p.Record(ts, float64(shapes[i%len(shapes)].Input)/2000)
+		ts += bkStep
+	}
+}
+
 // bkFilled is an arrivals history whose 61 retained buckets each hold
 // perBucket trace shapes.
 func bkFilled(b *testing.B, perBucket int) (*buckets.History, int64) {

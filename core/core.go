@@ -477,8 +477,8 @@ func (c *Core) inputs(nowNs int64) controller.Inputs {
 		Arrivals:        c.stepArrivals,
 		Outputs:         c.stepOutputs,
 		PendingUnsized:  c.demand.Pending(),
-		ObservedPrefill: controller.PhaseObservation{Count: p.Count, Mean: p.Mean, Max: p.Max},
-		ObservedDecode:  controller.PhaseObservation{Count: d.Count, Mean: d.Mean, Max: d.Max},
+		ObservedPrefill: controller.PhaseObservation{Count: p.Count, Over: p.Over, Mean: p.Mean, Max: p.Max},
+		ObservedDecode:  controller.PhaseObservation{Count: d.Count, Over: d.Over, Mean: d.Mean, Max: d.Max},
 	}
 }
 

@@ -42,7 +42,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	})
 	expiring("unsized start/end", func() int64 { _, u := d.Arrivals.Expired(); return u }, func() { d.OfferStarted(); d.OfferUnsizedEnd(next()) })
 	expiring("attainment record", a.Expired, func() { ts += 2300 * ms; a.Record(next(), OutcomeCompleted, true, i%2 == 0) })
-	expiring("pressure record", p.Expired, func() { p.Record(next(), 0.8) })
+	expiring("pressure record", p.Expired, func() { p.Record(next(), 0.8+float64(i%2)*0.5) }) // every other one a miss
 	assertNoAllocs(t, "prune", func() { d.Prune(); a.Prune(); p.Prune() })
 	assertNoAllocs(t, "advance", func() { d.Advance(next()) })
 	d.OfferSized(ts, Shape{100, 50})

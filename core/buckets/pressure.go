@@ -8,14 +8,26 @@ import (
 	"github.com/narwhal-io/narwhal/core/ring"
 )
 
-// PressureWindow summarizes a latency/SLO ratio over a window.
+// PressureWindow summarizes a latency/SLO ratio over a window. Over counts
+// the observations whose ratio was above 1 (the requests that missed that
+// SLO), so Over/Count is the window's measured miss share: a tail the mean
+// and max do not show.
 type PressureWindow struct {
 	FromNs  int64   `json:"from_ns"`
 	ToNs    int64   `json:"to_ns"`
 	Buckets int     `json:"buckets"`
 	Count   int64   `json:"count"`
+	Over    int64   `json:"over"`
 	Mean    float64 `json:"mean"`
 	Max     float64 `json:"max"`
+}
+
+// MissShare is Over / Count, 0 for an empty window.
+func (w PressureWindow) MissShare() float64 {
+	if w.Count <= 0 {
+		return 0
+	}
+	return float64(w.Over) / float64(w.Count)
 }
 
 // Ratios are kept as fixed point with PressureResolution steps, and clamped
@@ -33,11 +45,13 @@ type pressureBlock struct {
 	count atomic.Uint64
 	sum   atomic.Uint64
 	max   atomic.Uint64
-	_     [13]uint64
+	over  atomic.Uint64 // ratios above 1
+	_     [12]uint64
 }
 
 // Pressure accumulates observed latency pressure: per bucket the count, sum
-// and maximum of a latency/SLO ratio (e.g. observed TTFT / TTFT SLO).
+// and maximum of a latency/SLO ratio (e.g. observed TTFT / TTFT SLO), and
+// the count of ratios above 1 (SLO misses).
 type Pressure struct {
 	r          ring.Ring
 	blocks     []pressureBlock
@@ -65,7 +79,8 @@ func (p *Pressure) block(slot, stripe int) *pressureBlock {
 // Record adds one ratio observed at tsNs. NaN, infinities and negative
 // ratios are refused (false, nothing changes), as are timestamps whose
 // bucket expired or lies too far ahead; ratios above MaxPressureRatio are
-// clamped.
+// clamped. A ratio above 1 (the SLO missed; exactly 1 meets it) is also
+// counted in Over.
 func (p *Pressure) Record(tsNs int64, ratio float64) bool {
 	if tsNs < 0 || math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0 {
 		return false
@@ -80,6 +95,9 @@ func (p *Pressure) Record(tsNs int64, ratio float64) bool {
 	b := p.block(p.r.Slot(e), ring.Stripe(p.stripeMask))
 	if _, ok := ring.Add(&b.count, tag, 1); !ok {
 		return false
+	}
+	if ratio > 1 {
+		ring.Add(&b.over, tag, 1)
 	}
 	addSaturating(&b.sum, tag, fixed)
 	for {
@@ -114,6 +132,7 @@ func (p *Pressure) ExpireSlot(slot int, through int64) int64 {
 		n += ring.Drain(&b.count, tag)
 		ring.Drain(&b.sum, tag)
 		ring.Drain(&b.max, tag)
+		ring.Drain(&b.over, tag)
 	}
 	p.expired.Add(int64(n))
 	return int64(n)
@@ -137,7 +156,7 @@ func (p *Pressure) Window(fromNs, toNs int64) PressureWindow {
 	}
 	w := p.r.WidthNs()
 	win := PressureWindow{FromNs: from * w, ToNs: (to + 1) * w, Buckets: int(to - from + 1)}
-	var sum, mx uint64
+	var sum, mx, over uint64
 	for e := from; e <= to; e++ {
 		if !p.r.Holds(e) {
 			continue
@@ -149,8 +168,12 @@ func (p *Pressure) Window(fromNs, toNs int64) PressureWindow {
 			win.Count += int64(ring.Value(&b.count, tag))
 			sum += ring.Value(&b.sum, tag)
 			mx = max(mx, ring.Value(&b.max, tag))
+			over += ring.Value(&b.over, tag)
 		}
 	}
+	// A record that lands between the count and over reads may show in
+	// over only: over never exceeds the count it is a share of.
+	win.Over = min(int64(over), win.Count)
 	if win.Count > 0 {
 		win.Mean = float64(sum) / pressureScale / float64(win.Count)
 		win.Max = float64(mx) / pressureScale

@@ -114,15 +114,54 @@ func TestPressureWindowCountMeanMax(t *testing.T) {
 	p.Record(at(3.5), 4)
 	p.Record(at(3.5), 2e9) // clamped
 	w := p.Window(at(2), at(2.5))
-	if w.Count != 3 || w.Mean != 1 || w.Max != 1.5 || w.Buckets != 1 {
-		t.Fatalf("bucket 2: %+v; want count 3, mean 1, max 1.5", w)
+	// over: 1.5 only (a ratio of exactly 1 meets the SLO)
+	if w.Count != 3 || w.Over != 1 || w.Mean != 1 || w.Max != 1.5 || w.Buckets != 1 {
+		t.Fatalf("bucket 2: %+v; want count 3, over 1, mean 1, max 1.5", w)
 	}
 	w = p.Window(at(0), at(4))
-	if w.Count != 5 || w.Max != MaxPressureRatio {
-		t.Fatalf("window: %+v; want count 5, max clamped to %v", w, MaxPressureRatio)
+	if w.Count != 5 || w.Over != 3 || w.Max != MaxPressureRatio {
+		t.Fatalf("window: %+v; want count 5, over 3, max clamped to %v", w, MaxPressureRatio)
+	}
+	if got := w.MissShare(); got != 0.6 {
+		t.Fatalf("miss share %v, want 3/5", got)
 	}
 	p.Record(at(14), 1) // buckets 2 and 3 expire (older than 14-10)
-	if w := p.Window(0, at(20)); w.Count != 1 || w.Mean != 1 {
-		t.Fatalf("after expiry: %+v", w)
+	if w := p.Window(0, at(20)); w.Count != 1 || w.Over != 0 || w.Mean != 1 {
+		t.Fatalf("after expiry: %+v; want count 1, over 0 (the misses drained)", w)
+	}
+	if got := (PressureWindow{}).MissShare(); got != 0 {
+		t.Fatalf("empty window miss share %v, want 0", got)
+	}
+}
+
+// A slot reused for a newer bucket starts its miss count from zero: the
+// misses of the bucket it held expire with it (Expired counts them once,
+// as observations), and a refused ratio counts nowhere.
+func TestPressureOverDrainsWithItsBucket(t *testing.T) {
+	p, err := NewPressure(sec, 4*sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []float64{2, 3, 0.9} {
+		p.Record(at(1), r)
+	}
+	if p.Record(at(1), math.NaN()) || p.Record(at(1), -2) {
+		t.Fatal("bad ratio accepted")
+	}
+	if w := p.Window(at(1), at(1)); w.Count != 3 || w.Over != 2 {
+		t.Fatalf("bucket 1: %+v; want count 3, over 2", w)
+	}
+	// Slots() buckets later the same slot holds a newer bucket.
+	later := at(1 + float64(p.r.Slots()))
+	p.Record(later, 1.25)
+	p.Record(later, 0.5)
+	if w := p.Window(at(1), at(1)); w.Count != 0 || w.Over != 0 {
+		t.Fatalf("expired bucket still read: %+v", w)
+	}
+	if w := p.Window(later, later); w.Count != 2 || w.Over != 1 {
+		t.Fatalf("reused slot: %+v; want count 2, over 1 (none carried over)", w)
+	}
+	if p.Expired() != 3 {
+		t.Fatalf("expired %d, want 3", p.Expired())
 	}
 }

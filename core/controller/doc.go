@@ -223,6 +223,28 @@
 // → 86.5 %, no other changed), held −3.38 → −3.38 (none changed);
 // quick reversals and the five rows at seeds 1–4 unchanged.
 //
+// A measured TTFT tail relaxes source_pressure for one engine toward
+// prefill: when the short window's share of first tokens past the TTFT
+// SLO (observed_prefill_miss_share) exceeds the share of requests whose
+// own prefill exceeds the SLO (1 − feasible_share, which no pool size
+// serves) by 0.1, an unconfirmed move may take decode up to its SLO
+// instead of source_limit, provided decode's KV need after the move
+// stays within source_limit of its capacity. The mean ratio can be
+// within target while a burst's queue puts 14–18 % of first tokens past
+// the SLO (Azure code at 14:2, mean 0.52–0.58, the 15th prefill engine
+// blocked by decode's measurement carried by the engine count to 0.77 on
+// one engine); the KV bound keeps the count carry's headroom where one
+// engine would hold most of the decode KV (e04c: 68–85 % of one engine's
+// capacity, measured 3–4.6× the TPOT SLO once moved). Measured (prior +
+// calibrate, mean vs static-best): tune +0.384 → +0.398 (d10a +0.5),
+// the development draw −2.997 → −2.855 (e24c +4.0, e30c +0.4), held
+// −3.385 → −3.337; within threshold − 0.5 and quick reversals unchanged
+// on all three; Azure code 83.89 → 84.32 / 84.32 / 84.49 / 84.49 at
+// seeds 1–4, comparable segments 88.66 / 88.58 / 88.90 / 88.77 → 89.10 /
+// 88.64 / 89.17 / 89.10, the other rows unchanged. Without the KV bound
+// the development draw lost 0.08 (e04c −6.9: 2 → 1 decode engines four
+// times).
+//
 // The proposal then passes, in order: role_floors, live_availability,
 // source_pressure, kv_limit, demand_evidence, cooldown, dwell,
 // profile_coverage, confirmation. Gates may lower the engine count; a gate

@@ -110,7 +110,13 @@ type Decision struct {
 	QueuedPrefillS       float64         `json:"queued_prefill_s"`
 	ObservedPrefillRatio float64         `json:"observed_prefill_ratio"`
 	ObservedDecodeRatio  float64         `json:"observed_decode_ratio"`
-	Confirmations        int             `json:"confirmations"`
+	// ObservedPrefillMissShare: the share of first tokens over the short
+	// horizon that came past the TTFT SLO (observed_prefill over / count).
+	ObservedPrefillMissShare float64 `json:"observed_prefill_miss_share"`
+	// ObservedDecodeMissShare: the share of requests completed over the
+	// short horizon whose TPOT was past the TPOT SLO.
+	ObservedDecodeMissShare float64 `json:"observed_decode_miss_share"`
+	Confirmations           int     `json:"confirmations"`
 	// KVExhaustion: the decode pool's resident KV, at its recent growth,
 	// passes kv_headroom of capacity within kv_lead_s (a decode deficit
 	// although both phases may be within target pressure).

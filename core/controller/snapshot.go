@@ -36,11 +36,24 @@ func retainedOverflow(r HistoryReader, scratch *[]buckets.Cell) bool {
 }
 
 // PhaseObservation is observed latency pressure of one phase over the
-// short horizon: count, mean and max of latency / SLO.
+// short horizon: count, mean and max of latency / SLO, and how many of
+// those ratios were above 1.
 type PhaseObservation struct {
-	Count int64   `json:"count"`
-	Mean  float64 `json:"mean"`
-	Max   float64 `json:"max"`
+	Count int64 `json:"count"`
+	// Over: observations past the SLO (latency / SLO above 1).
+	Over int64   `json:"over"`
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
+}
+
+// MissShare is the measured share of the phase's requests past their SLO
+// (Over / Count; 0 with no observation): the tail a mean within target
+// can hide.
+func (o PhaseObservation) MissShare() float64 {
+	if o.Count <= 0 {
+		return 0
+	}
+	return float64(min(o.Over, o.Count)) / float64(o.Count)
 }
 
 // Inputs is what one step reads from the live core. The readers are read
