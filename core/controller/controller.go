@@ -636,18 +636,17 @@ func (s *Snapshot) measuredWithin(prefill bool, limit float64, cur SplitScore, k
 // the pool collapses); the measurement sets the level. Decode is at
 // least its resident KV over sc's capacity.
 func (s *Snapshot) measuredAt(prefill bool, cur, sc SplitScore) float64 {
-	if prefill {
-		f := float64(s.PrefillEngines) / float64(max(1, sc.PrefillEngines))
-		if cur.PrefillPressure > 0 {
-			f = max(f, sc.PrefillPressure/cur.PrefillPressure)
+	carry := func(m float64, n, nAt int, p, pAt float64) float64 {
+		f := float64(n) / float64(max(1, nAt))
+		if p > 0 {
+			f = max(f, pAt/p)
 		}
-		return s.measuredPrefill() * f
+		return m * f
 	}
-	f := float64(s.DecodeEngines) / float64(max(1, sc.DecodeEngines))
-	if cur.DecodePressure > 0 {
-		f = max(f, sc.DecodePressure/cur.DecodePressure)
+	if prefill {
+		return carry(s.measuredPrefill(), s.PrefillEngines, sc.PrefillEngines, cur.PrefillPressure, sc.PrefillPressure)
 	}
-	m := s.ObservedDecode.Mean * f
+	m := carry(s.ObservedDecode.Mean, s.DecodeEngines, sc.DecodeEngines, cur.DecodePressure, sc.DecodePressure)
 	if sc.KVCapacityTokens > 0 {
 		m = max(m, s.ResidentDecodeKV/sc.KVCapacityTokens)
 	}
