@@ -23,11 +23,16 @@ type PressureWindow struct {
 }
 
 // MissShare is Over / Count, 0 for an empty window.
-func (w PressureWindow) MissShare() float64 {
-	if w.Count <= 0 {
+func (w PressureWindow) MissShare() float64 { return MissShare(w.Over, w.Count) }
+
+// MissShare is the share over / count of observations past their SLO: 0
+// when count is not positive, over clamped to [0, count] (a caller's
+// figures, or a record read between the two counters).
+func MissShare(over, count int64) float64 {
+	if count <= 0 {
 		return 0
 	}
-	return float64(w.Over) / float64(w.Count)
+	return float64(min(max(over, 0), count)) / float64(count)
 }
 
 // Ratios are kept as fixed point with PressureResolution steps, and clamped

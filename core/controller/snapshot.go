@@ -49,12 +49,7 @@ type PhaseObservation struct {
 // MissShare is the measured share of the phase's requests past their SLO
 // (Over / Count; 0 with no observation): the tail a mean within target
 // can hide.
-func (o PhaseObservation) MissShare() float64 {
-	if o.Count <= 0 {
-		return 0
-	}
-	return float64(min(o.Over, o.Count)) / float64(o.Count)
-}
+func (o PhaseObservation) MissShare() float64 { return buckets.MissShare(o.Over, o.Count) }
 
 // Inputs is what one step reads from the live core. The readers are read
 // once, during the freeze; nothing in the snapshot points back into them.
