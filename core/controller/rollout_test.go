@@ -436,3 +436,46 @@ func TestRolloutLargeFleetSearchMatchesFullScan(t *testing.T) {
 		})
 	}
 }
+
+// A prepared snapshot scores each split once: Split returns what the
+// rollout gives for that split, asked again it returns the same without
+// scoring it again, and prepare (new inputs) makes it score afresh.
+func TestSplitScoresOnceUntilPrepared(t *testing.T) {
+	s := rolloutSnapshot(rolloutProfile(0.1, 0.0001), 4, 4, 2, 10, 4000, 100000, 20, 200, 30)
+	lo, hi := s.MinMoves(), s.MaxMoves()
+	before := map[int]SplitScore{}
+	for j := lo; j <= hi; j++ {
+		got, want := s.Split(j), s.rolloutSplit(j)
+		if got != want {
+			t.Fatalf("split %d: Split %+v, rollout %+v", j, got, want)
+		}
+		before[j] = got
+	}
+	if s.memo == nil || s.memo.n != hi-lo+1 {
+		t.Fatalf("memo holds %v splits, want %d", s.memo, hi-lo+1)
+	}
+	for j := lo; j <= hi; j++ {
+		if got := s.Split(j); got != before[j] {
+			t.Fatalf("split %d asked again: %+v, first %+v", j, got, before[j])
+		}
+	}
+	if got := s.Split(hi + 5); got != before[hi] || s.memo.n != hi-lo+1 {
+		t.Fatalf("a split past the range: %+v (memo %d), want split %d's %+v", got, s.memo.n, hi, before[hi])
+	}
+	// Three times the demand: the splits score differently.
+	s.Short.RatePerS, s.Long.RatePerS = 60, 60
+	s.prepare()
+	changed := 0
+	for j := lo; j <= hi; j++ {
+		got, want := s.Split(j), s.rolloutSplit(j)
+		if got != want {
+			t.Fatalf("after prepare, split %d: Split %+v, rollout %+v", j, got, want)
+		}
+		if got != before[j] {
+			changed++
+		}
+	}
+	if changed < hi-lo {
+		t.Fatalf("after tripling the demand %d of %d splits scored differently", changed, hi-lo+1)
+	}
+}
