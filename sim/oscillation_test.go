@@ -60,8 +60,15 @@ func TestSteadyMixDoesNotOscillate(t *testing.T) {
 			return 200 + r.Int64N(1301), 150 + r.Int64N(451)
 		}},
 	}
+	seeds := []uint64{1, 2, 3}
+	if raceDetector {
+		// six 30-minute runs took 290 s of the sim package's 584 s under
+		// -race on a 2-vCPU AMD EPYC (the default test timeout is 600 s);
+		// one seed per mix keeps the controller's concurrency covered
+		seeds = seeds[:1]
+	}
 	for _, mix := range mixes {
-		for _, seed := range []uint64{1, 2, 3} {
+		for _, seed := range seeds {
 			reqs := stationaryWorkload(int(mix.rate*1800), mix.rate, seed, mix.shape)
 			cfg := testConfig("narwhal", 16)
 			cfg.TTFTSLOS, cfg.Seed = 1.5, seed

@@ -47,12 +47,11 @@
 // points across the range, then half a step either side of the best,
 // halving the step) and NeededDecodeEngines bisects, so that a step over 512 engines stays
 // under 1 ms (benchmarks/README.md). The suite and the five rows (at most
-// 32 engines) score every split. A prepared snapshot keeps each split's
-// score (Split; prepare empties it), since the search, the gates and the
-// bisections ask for the same splits again, and a rollout reuses a
-// step's TTFT tail while its arguments repeat (no queue, no engine
-// joining); both return exactly what scoring afresh returns (the suite
-// and the rows are identical with and without them).
+// 32 engines) score every split. A rollout reuses a step's TTFT tail
+// (three Erfc and an Exp) while its arguments repeat (no queue, no engine
+// joining): exactly what computing it again returns, at half the step's
+// cost at 512 engines (the suite and the rows are identical with and
+// without it).
 //
 // The rollout simulates each candidate forward over a demand window past
 // the switch (the long horizon's span plus the switch time, 30–180 s, 64

@@ -289,7 +289,7 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 		}
 		if a > 0 {
 			slack := tau - wait
-			if !lastValid || slack != lastSlack || own != lastOwn || rho != lastRho || svc != lastSvc {
+			if !rolloutReuseTail || !lastValid || slack != lastSlack || own != lastOwn || rho != lastRho || svc != lastSvc {
 				lastSlack, lastOwn, lastRho, lastSvc = slack, own, rho, svc
 				lastMiss, lastValid = ttftMiss(slack, feasible, own, cv*own, rho, svc), true
 				// the queueing wait's quantile past the mean, where it has one
@@ -378,6 +378,11 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 	}
 	return res
 }
+
+// rolloutReuseTail: a rollout step whose TTFT tail arguments are the
+// step before's reuses its tail (see rollout); tests switch it off to
+// compare.
+var rolloutReuseTail = true
 
 // measuredPrefillScale is the factor k ≥ 1 by which the rollout divides
 // the prefill work of a horizon's requests when its prediction for the

@@ -47,32 +47,11 @@ func (s *Snapshot) MaxMoves() int { return len(s.dm) }
 // Split scores the split that makes j moves from the current one
 // (clamped to the candidate range): by the rollout when scoring is
 // "rollout" and demand is complete, else by the closed form.
-//
-// A prepared snapshot is frozen, so each split's score is computed once
-// and kept until the next prepare: the search, the gates and the
-// bisections ask for the same splits again (74 rollouts for 33 splits in
-// a 32-engine step before the memo), and a rollout is about 20 µs.
 func (s *Snapshot) Split(j int) SplitScore {
-	if !s.byRollout() {
-		return s.closedSplit(j)
+	if s.byRollout() {
+		return s.rolloutSplit(j)
 	}
-	j = max(s.MinMoves(), min(s.MaxMoves(), j))
-	m := s.memo
-	if m == nil {
-		m = &splitMemo{}
-		s.memo = m
-	}
-	for i := 0; i < m.n; i++ {
-		if m.moves[i] == j {
-			return m.scores[i]
-		}
-	}
-	sc := s.rolloutSplit(j)
-	if m.n < splitMemoCap {
-		m.moves[m.n], m.scores[m.n] = j, sc
-		m.n++
-	}
-	return sc
+	return s.closedSplit(j)
 }
 
 // byRollout reports whether splits are scored by the rollout: scoring

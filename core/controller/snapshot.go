@@ -272,23 +272,7 @@ type Snapshot struct {
 	prefillScale [2]float64
 	transit      []rolloutEvent // engines in transition (transitEvents)
 	events       []rolloutEvent
-	// memo: the splits scored since prepare (see Split); nil until the
-	// first, emptied by prepare, never shared by clone.
-	memo *splitMemo
 }
-
-// splitMemo holds up to splitMemoCap scores of one prepared snapshot by
-// their (clamped) move count.
-type splitMemo struct {
-	n      int
-	moves  [splitMemoCap]int
-	scores [splitMemoCap]SplitScore
-}
-
-// splitMemoCap: a step over 512 engines asks for about 40 distinct
-// splits (the coarse-to-fine search, the gates and the bisections);
-// past the cap, splits are scored again as asked.
-const splitMemoCap = 96
 
 // poolBase: per horizon, sums over the current pools.
 type poolBase struct {
@@ -323,7 +307,6 @@ func (s *Snapshot) clone() *Snapshot {
 	n.pm, n.dm = nil, nil
 	n.cum = cumulative{}
 	n.events, n.transit = nil, nil
-	n.memo = nil
 	n.prepare()
 	return &n
 }
@@ -453,9 +436,6 @@ func buildOutputEstimate(cells []buckets.Cell, w buckets.Window, overflowRetaine
 
 // prepare derives the scoring tables from the snapshot's values.
 func (s *Snapshot) prepare() {
-	if s.memo != nil {
-		s.memo.n = 0
-	}
 	s.pm, s.dm = s.pm[:0], s.dm[:0]
 	s.QueuedPrefillS, s.RunningPrefillS, s.ResidentDecodeKV, s.PendingOutputTokens = 0, 0, 0, 0
 	residentSeqs := int64(0)
