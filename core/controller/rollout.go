@@ -253,9 +253,10 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 	// ttftMiss of the step before and its arguments: while the queue
 	// is empty and no engine joins, a step repeats them exactly (most
 	// steps of a rollout), and the tails (three Erfc, one Exp) are the
-	// rollout's main cost.
-	var lastSlack, lastOwn, lastRho, lastSvc, lastMiss, lastQ float64
-	lastValid := false
+	// rollout's main cost. A NaN slack matches no step: the first
+	// computes.
+	lastSlack := math.NaN()
+	var lastOwn, lastRho, lastSvc, lastMiss, lastQ float64
 	next := 0
 	for i := 0; i < rolloutSteps; i++ {
 		t := float64(i) * dt
@@ -289,9 +290,9 @@ func (s *Snapshot) rollout(hi int, h *HorizonDemand, j int, ev []rolloutEvent) r
 		}
 		if a > 0 {
 			slack := tau - wait
-			if !rolloutReuseTail || !lastValid || slack != lastSlack || own != lastOwn || rho != lastRho || svc != lastSvc {
+			if !rolloutReuseTail || slack != lastSlack || own != lastOwn || rho != lastRho || svc != lastSvc {
 				lastSlack, lastOwn, lastRho, lastSvc = slack, own, rho, svc
-				lastMiss, lastValid = ttftMiss(slack, feasible, own, cv*own, rho, svc), true
+				lastMiss = ttftMiss(slack, feasible, own, cv*own, rho, svc)
 				// the queueing wait's quantile past the mean, where it has one
 				lastQ = 0
 				if rho > 1-q && !math.IsInf(svc, 0) {
