@@ -294,6 +294,13 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			a.scrapes.WithLabelValues(e.cfg.ID, "error").Inc()
 		} else {
 			e.latency = latencySince(e.metrics, r.m, e.lastOKNs, nowNs)
+			if u, ok := a.engineBusyLocked(e.cfg.GPUs); ok && e.latency != nil && gpus != nil {
+				// the busy seconds the controller weighs a prefill
+				// pool's work by: this collection's utilization sample
+				// over the whole interval
+				busy := u * e.latency.IntervalS
+				e.latency.BusyS = &busy
+			}
 			if e.lastOKNs > 0 && nowNs > e.lastOKNs {
 				iv := float64(nowNs-e.lastOKNs) / 1e9
 				e.rate.Observe(e.metrics.Latency, r.m.Latency, iv)
@@ -321,6 +328,36 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 	return snap
 }
 
+// gpuLocked is the engine GPU named id (a UUID or an index), nil when
+// NVML did not report it.
+func (a *Agent) gpuLocked(id string) *nvml.Device {
+	for i := range a.gpus {
+		d := &a.gpus[i]
+		if d.UUID == id || (d.Parent == "" && strconv.Itoa(d.Index) == id) {
+			return d
+		}
+	}
+	return nil
+}
+
+// engineBusyLocked is the share of time the engine's GPUs ran kernels:
+// the mean of their NVML utilization, sampled at this collection; false
+// when the engine names no GPU or any of them does not report it.
+func (a *Agent) engineBusyLocked(ids []string) (float64, bool) {
+	if len(ids) == 0 {
+		return 0, false
+	}
+	sum := 0.0
+	for _, id := range ids {
+		d := a.gpuLocked(id)
+		if d == nil || !d.Utilization.Known {
+			return 0, false
+		}
+		sum += float64(d.Utilization.GPUPercent) / 100
+	}
+	return sum / float64(len(ids)), true
+}
+
 // engineMemLocked is the smallest total memory among the engine's GPUs
 // (by UUID or index); 0 when any is unknown.
 func (a *Agent) engineMemLocked(ids []string) uint64 {
@@ -329,14 +366,7 @@ func (a *Agent) engineMemLocked(ids []string) uint64 {
 	}
 	var low uint64
 	for _, id := range ids {
-		var found *nvml.Device
-		for i := range a.gpus {
-			d := &a.gpus[i]
-			if d.UUID == id || (d.Parent == "" && strconv.Itoa(d.Index) == id) {
-				found = d
-				break
-			}
-		}
+		found := a.gpuLocked(id)
 		if found == nil || !found.Memory.Known {
 			return 0
 		}

@@ -49,6 +49,13 @@
 //     bootstrap queue (num_prefill_prealloc_queue_reqs) waits on the
 //     decode side's memory and is not counted. Queued requests are also
 //     sent as a count (queued_requests).
+//   - Busy time (LatencyInterval.busy_s, the controller's measured
+//     prefill work): the mean NVML utilization.gpu of the engine's GPUs,
+//     sampled at the collection, × the interval since the last one; absent
+//     when the engine names no GPU or one of them does not report it (MIG
+//     instances never do). Not the engines' prefill histograms: their
+//     per-request times overlap within a batch and would count a batch's
+//     time once per prompt.
 //   - KV limit: the engine's number wins (it knows its pool); NVML gives a
 //     physical upper bound floor(min GPU memory × gpu_memory_utilization /
 //     bytes per token per TP rank). An engine number above the bound is

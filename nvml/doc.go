@@ -1,7 +1,8 @@
 // Package nvml is Narwhal's small view of the node's GPUs through NVIDIA's
 // NVML (github.com/NVIDIA/go-nvml): devices and their UUID, name and
-// memory (total/used/free/reserved), the processes running on them with
-// their memory, and MIG instances.
+// memory (total/used/free/reserved), utilization (utilization.gpu: the
+// share of the last sample period in which a kernel ran), the processes
+// running on them with their memory, and MIG instances.
 //
 // A Client wraps any go-nvml Interface (the real library from Library, or
 // go-nvml's mocks in tests). Memory is read with GetMemoryInfo_v2 and falls

@@ -36,6 +36,15 @@ type Memory struct {
 }
 
 // Process is one compute process on a device (host PID namespace).
+// Utilization is NVML's utilization.gpu: the percent of its last sample
+// period (between 1/6 s and 1 s, by product) in which one or more kernels
+// ran on the GPU. Known is false when NVML cannot say (MIG instances
+// never report it).
+type Utilization struct {
+	GPUPercent uint32 `json:"gpu_percent"`
+	Known      bool   `json:"known"`
+}
+
 type Process struct {
 	PID       uint32 `json:"pid"`
 	UsedBytes uint64 `json:"used_bytes"`
@@ -48,11 +57,12 @@ type Device struct {
 	Name  string `json:"name"`
 	// Parent is the parent GPU's UUID for a MIG instance, "" otherwise;
 	// MIGIndex is the instance's index under it.
-	Parent    string    `json:"parent,omitempty"`
-	MIGIndex  int       `json:"mig_index,omitempty"`
-	MIG       bool      `json:"mig_enabled,omitempty"` // a parent with MIG mode on
-	Memory    Memory    `json:"memory"`
-	Processes []Process `json:"processes"`
+	Parent      string      `json:"parent,omitempty"`
+	MIGIndex    int         `json:"mig_index,omitempty"`
+	MIG         bool        `json:"mig_enabled,omitempty"` // a parent with MIG mode on
+	Memory      Memory      `json:"memory"`
+	Utilization Utilization `json:"utilization"`
+	Processes   []Process   `json:"processes"`
 	// Notes say what could not be read and why.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -191,8 +201,20 @@ func readDevice(h gonvml.Device, index int) Device {
 		d.Notes = append(d.Notes, "GetName: "+ret.Error())
 	}
 	d.Memory, d.Notes = readMemory(h, d.Notes)
+	d.Utilization, d.Notes = readUtilization(h, d.Notes)
 	d.Processes, d.Notes = readProcesses(h, d.Notes)
 	return d
+}
+
+// readUtilization reads GetUtilizationRates; failing leaves Known false
+// with a note.
+func readUtilization(h gonvml.Device, notes []string) (Utilization, []string) {
+	var u gonvml.Utilization
+	ret := safe(func() gonvml.Return { var r gonvml.Return; u, r = h.GetUtilizationRates(); return r })
+	if ret != gonvml.SUCCESS || u.Gpu > 100 {
+		return Utilization{}, append(notes, fmt.Sprintf("utilization unknown: GetUtilizationRates: %s (gpu %d %%)", ret.Error(), u.Gpu))
+	}
+	return Utilization{GPUPercent: u.Gpu, Known: true}, notes
 }
 
 // readMemory tries GetMemoryInfo_v2, then v1; both failing leaves Known

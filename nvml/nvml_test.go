@@ -31,6 +31,10 @@ func TestH100MemoryV2AndProcesses(t *testing.T) {
 		dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
 			return gonvml.Memory_v2{Total: 80 << 30, Reserved: 512 << 20, Used: used, Free: 80<<30 - used - 512<<20}, gonvml.SUCCESS
 		}
+		util := uint32(10 * i)
+		dev.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) {
+			return gonvml.Utilization{Gpu: util, Memory: 5}, gonvml.SUCCESS
+		}
 		pid := uint32(1000 + i)
 		dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
 			return []gonvml.ProcessInfo{{Pid: pid, UsedGpuMemory: used}}, gonvml.SUCCESS
@@ -46,7 +50,7 @@ func TestH100MemoryV2AndProcesses(t *testing.T) {
 	d := ds[3]
 	if d.Index != 3 || d.UUID == "" || !strings.Contains(d.Name, "H100") || d.Memory.Source != "v2" || !d.Memory.Known ||
 		d.Memory.TotalBytes != 80<<30 || d.Memory.UsedBytes != 4<<30 || d.Memory.ReservedBytes != 512<<20 ||
-		d.Memory.FreeBytes != 80<<30-4<<30-512<<20 || len(d.Notes) != 0 {
+		d.Memory.FreeBytes != 80<<30-4<<30-512<<20 || d.Utilization != (Utilization{GPUPercent: 30, Known: true}) || len(d.Notes) != 0 {
 		t.Fatalf("unexpected device; got %+v", d)
 	}
 	if len(d.Processes) != 1 || d.Processes[0].PID != 1003 || d.Processes[0].UsedBytes != 4<<30 {
@@ -80,7 +84,10 @@ func TestA100FallsBackToV1(t *testing.T) {
 	if ds[1].Memory.Source != "v1" || !strings.Contains(ds[1].Name, "A100") {
 		t.Fatalf("unexpected device 1; got %+v", ds[1])
 	}
-	if len(ds[0].Processes) != 0 || len(ds[0].Notes) != 1 || !strings.Contains(ds[0].Notes[0], "GetComputeRunningProcesses") {
+	// nor GetUtilizationRates: utilization unknown, with its note
+	if len(ds[0].Processes) != 0 || len(ds[0].Notes) != 2 || ds[0].Utilization.Known ||
+		!strings.Contains(ds[0].Notes[0], "utilization unknown: GetUtilizationRates: ERROR_UNKNOWN") ||
+		!strings.Contains(ds[0].Notes[1], "GetComputeRunningProcesses") {
 		t.Fatalf("unexpected processes/notes; got %+v / %v", ds[0].Processes, ds[0].Notes)
 	}
 }
@@ -91,14 +98,16 @@ func TestMemoryNotSupported(t *testing.T) {
 	dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, gonvml.ERROR_NOT_SUPPORTED }
 	dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{}, gonvml.ERROR_NOT_SUPPORTED }
 	dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED }
+	dev.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) { return gonvml.Utilization{}, gonvml.ERROR_NOT_SUPPORTED }
 	ds, err := initClient(t, s).Devices(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := ds[0]
-	if d.Memory.Known || d.Memory.TotalBytes != 0 || d.UUID == "" || len(d.Notes) != 2 ||
+	if d.Memory.Known || d.Memory.TotalBytes != 0 || d.UUID == "" || len(d.Notes) != 3 || d.Utilization.Known ||
 		!strings.Contains(d.Notes[0], "GetMemoryInfo_v2: ERROR_NOT_SUPPORTED; GetMemoryInfo: ERROR_NOT_SUPPORTED") ||
-		!strings.Contains(d.Notes[1], "GetComputeRunningProcesses: ERROR_NOT_SUPPORTED") {
+		!strings.Contains(d.Notes[1], "GetUtilizationRates: ERROR_NOT_SUPPORTED") ||
+		!strings.Contains(d.Notes[2], "GetComputeRunningProcesses: ERROR_NOT_SUPPORTED") {
 		t.Fatalf("unexpected device; got %+v", d)
 	}
 	if len(ds) != 8 {

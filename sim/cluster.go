@@ -47,14 +47,24 @@ type engine struct {
 	// (decode batch and context as sums over the steps; latencyInterval
 	// turns them into means).
 	lat controller.LatencyInterval
+	// busyFrom: when the running prefill batch started; busyNs: prefill
+	// time spent since the last report (reportNs); busyS: the last
+	// report's figure (LatencyInterval.BusyS points at it).
+	busyFrom, busyNs, reportNs int64
+	busyS                      float64
 }
 
 // latencyInterval returns the figures since the last call and resets
 // them: what the engine's own metrics would report over the interval.
-func (e *engine) latencyInterval(intervalS float64) controller.LatencyInterval {
+func (e *engine) latencyInterval(intervalS float64, nowNs int64) controller.LatencyInterval {
 	li := e.lat
 	e.lat = controller.LatencyInterval{}
 	li.IntervalS = intervalS
+	if e.busy {
+		e.busyNs += nowNs - max(e.busyFrom, e.reportNs)
+	}
+	e.busyS, e.busyNs, e.reportNs = float64(e.busyNs)/1e9, 0, nowNs
+	li.BusyS = &e.busyS
 	if li.DecodeCount > 0 {
 		li.DecodeBatch /= li.DecodeCount
 		li.DecodeCtxTokens /= li.DecodeCount

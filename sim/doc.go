@@ -60,11 +60,13 @@
 // scales the exact or nominal start's times, to measure how far a row
 // moves for a small profile error. Every engine accumulates what its own metrics would
 // report (prefill batches with their token sums and Σ L², decode steps
-// with their batch and context); with Config.Calibrate (--calibrate) the
+// with their batch and context, and busy_s: its prefill batches' time
+// inside the interval, what the agent reads from NVML utilization); the
 // policy hands each engine's interval to core.ObserveLatency every step,
 // the same controller.LatencyInterval the agent sends in
-// wire.EngineReport.Latency. Calibrate defaults to false so that the
-// benchmark's reference runs stay what they were.
+// wire.EngineReport.Latency, and the controller learns the profile from it
+// only with Config.Calibrate (--calibrate). Calibrate defaults to false so
+// that the benchmark's reference runs stay what they were.
 //
 // # Choices where the traces are silent
 //

@@ -114,7 +114,7 @@ func (np *narwhalPolicy) step(s *simulator, now int64) int {
 		np.check(np.c.UpdateEngine(e.id, now, e.resident(now), s.prof.KVCapacityTokens, true))
 		// What the engine's own metrics gained since the last step (the
 		// agent's wire.EngineReport.Latency).
-		li := e.latencyInterval(intervalS)
+		li := e.latencyInterval(intervalS, now)
 		np.check(np.c.ObserveLatency(e.id, now, li))
 	}
 	d := np.c.Step(now)

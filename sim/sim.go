@@ -302,7 +302,7 @@ func (s *simulator) tryPrefill(e *engine) {
 		e.queuedNs = 0 // no rounding residue
 	}
 	e.heldKV += kv
-	e.busy = true
+	e.busy, e.busyFrom = true, s.now
 	d := s.prof.PrefillNs(sumL, sumL2)
 	e.busyUntil = s.now + d
 	e.lat.PrefillCount++
@@ -314,6 +314,7 @@ func (s *simulator) tryPrefill(e *engine) {
 
 func (s *simulator) prefillDone(e *engine) {
 	e.busy = false
+	e.busyNs += s.now - max(e.busyFrom, e.reportNs)
 	for _, ri := range e.batch {
 		r := &s.reqs[ri]
 		r.firstNs = s.now

@@ -35,6 +35,12 @@ type LatencyInterval struct {
 	DecodeSeconds   float64 `json:"decode_seconds"`
 	DecodeBatch     float64 `json:"decode_batch"`
 	DecodeCtxTokens float64 `json:"decode_ctx_tokens"`
+	// BusyS: seconds of the interval the engine was computing (the
+	// agent: its GPUs' NVML utilization sampled at the scrape × the
+	// interval; the simulator: its prefill batches' time within the
+	// interval); nil when unknown. PrefillSeconds is no substitute: an
+	// engine's per-request prefill times overlap within a batch.
+	BusyS *float64 `json:"busy_s,omitempty"`
 }
 
 // ErrInvalidLatency is wrapped by errors about a LatencyInterval.
@@ -42,6 +48,9 @@ var ErrInvalidLatency = errors.New("invalid latency interval")
 
 // Validate checks that every figure is finite and non-negative.
 func (li *LatencyInterval) Validate() error {
+	if li.BusyS != nil && (!(*li.BusyS >= 0) || *li.BusyS > 1e15) {
+		return fmt.Errorf("%w: busy_s %v: must be finite and >= 0", ErrInvalidLatency, *li.BusyS)
+	}
 	for _, f := range [...]struct {
 		n string
 		v float64
@@ -408,6 +417,7 @@ func (c *Controller) ObserveLatency(engineID string, nowNs int64, li LatencyInte
 	if !ok {
 		return fmt.Errorf("%w: unknown engine %q", ErrInvalidEngine, engineID)
 	}
+	c.busy[i].observe(&c.engines[i], float64(c.tm.ShortNs)/1e9, &li)
 	pi := c.profIdx[i]
 	if pi < 0 || c.noCalib {
 		return nil

@@ -58,6 +58,7 @@ type Controller struct {
 
 	engines  []Engine
 	profIdx  []int // per engine: profile index or -1
+	busy     []busyAcc
 	index    map[string]int
 	restored map[string]PersistedEngine
 
@@ -299,6 +300,7 @@ func (c *Controller) upsertLocked(e Engine) {
 		c.index[e.ID] = len(c.engines)
 		c.engines = append(c.engines, e)
 		c.profIdx = append(c.profIdx, pi)
+		c.busy = append(c.busy, busyAcc{})
 	}
 }
 
@@ -311,9 +313,9 @@ func (c *Controller) RemoveEngine(id string) error {
 		return fmt.Errorf("remove %q: %w", id, ErrUnknownEngine)
 	}
 	last := len(c.engines) - 1
-	c.engines[i], c.profIdx[i] = c.engines[last], c.profIdx[last]
+	c.engines[i], c.profIdx[i], c.busy[i] = c.engines[last], c.profIdx[last], c.busy[last]
 	c.index[c.engines[i].ID] = i
-	c.engines, c.profIdx = c.engines[:last], c.profIdx[:last]
+	c.engines, c.profIdx, c.busy = c.engines[:last], c.profIdx[:last], c.busy[:last]
 	delete(c.index, id)
 	delete(c.moveStart, id)
 	c.publish()
@@ -460,6 +462,7 @@ func (c *Controller) freeze(nowNs int64, in Inputs) {
 	}
 	m.fill(&s.Long, min(longFrom, shortFrom), nowNs)
 	s.ObservedPrefill, s.ObservedDecode, s.PendingUnsized = in.ObservedPrefill, in.ObservedDecode, in.PendingUnsized
+	s.prefillWork = c.measuredPrefillWork()
 	// Consolidation evidence: arrivals wholly after the latest risk.
 	s.riskNow = in.ObservedDecode.past(1, c.cfg)
 	s.EvidenceCutoffNs = c.riskCutoff(nowNs, s.riskNow)
@@ -787,6 +790,10 @@ func (c *Controller) decide(nowNs int64) Decision {
 	d.Snapshot.Outputs.Discount, d.Snapshot.Outputs.UnboundedMean = roundJ(s.Out.Discount), roundJ(s.Out.UnboundedMean)
 	d.RecoveryPrefillRatio = roundJ(s.RecoveryRatio)
 	d.QueuedPrefillS = roundJ(s.QueuedPrefillS)
+	if !math.IsNaN(s.prefillWork) {
+		w := roundJ(s.prefillWork)
+		d.MeasuredPrefillWork = &w
+	}
 	d.ObservedPrefillRatio = roundJ(s.ObservedPrefill.Mean)
 	d.ObservedDecodeRatio = roundJ(s.ObservedDecode.Mean)
 	d.ObservedPrefillMissShare = roundJ(s.ObservedPrefill.MissShare())
@@ -1004,6 +1011,25 @@ func (c *Controller) decide(nowNs int64) Decision {
 			allowed = min(allowed, byMeasure)
 		}
 		srcValue, srcDetail = srcM, srcDetail+", bounded by the measurements (demand priced with an overflow cohort)"
+	}
+	// The prefill engines' measured work (their busy share, in engines)
+	// bounds a move toward decode on overflow-priced demand, where the
+	// prediction is only an upper bound: a pool that keeps up (TTFT
+	// measured within its SLO, no queue past it) is not taken to that
+	// work or below (its queue would grow without end), and one that is
+	// short already loses engines below it one at a time, none while an
+	// engine is in transition (the model's stacked moves there emptied
+	// the pool: dev draw e29c, 19 to 7 engines and a 600-s queue).
+	if dir < 0 && s.overflowPriced() && !math.IsNaN(s.prefillWork) {
+		byWork := largest(func(sc SplitScore) bool { return float64(sc.PrefillEngines) > s.prefillWork })
+		keepsUp := !s.prefillBehind && !(s.ObservedPrefill.Count >= c.cfg.MinObservations && s.ObservedPrefill.Mean > 1)
+		if byWork == 0 && !keepsUp && s.InTransition == 0 {
+			byWork = 1
+		}
+		if byWork < allowed {
+			allowed = byWork
+			srcDetail += ", bounded by the prefill engines' measured work"
+		}
 	}
 	pass = narrow(allowed)
 	gate(GateSourcePressure, pass, srcValue(s.Split(dir*k)), srcLimit, srcDetail)

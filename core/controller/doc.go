@@ -147,6 +147,28 @@
 // without it the tune half gains 0.18 pt and the held half loses 0.21,
 // with a fifth fewer quick reversals on both.
 //
+// The prefill engines' measured work bounds a move toward decode on
+// overflow-priced demand (source_pressure): W, the mean busy share of
+// the serving prefill engines (LatencyInterval.BusyS over the interval,
+// decayed with the short horizon; the agent reads it from NVML
+// utilization, journalled as measured_prefill_work) times their number.
+// While prefill keeps up (TTFT measured within its SLO, no queue past
+// it), a move may not leave W or fewer prefill engines: the queue would
+// grow without end while the overflow-priced model, an upper bound,
+// shows no cliff (held d14b, a one-engine cliff at 29 of 32 engines: W
+// reads 28.1–29.2 there). Once prefill is measured short, engines below
+// W move one at a time and none while another is in transition (dev
+// e29c: the release took 19 prefill engines to 7 and a 600-s queue in
+// three stacked moves). Without busy figures nothing changes. Measured
+// (prior + calibrate, mean vs static-best): tune +0.40 → +0.38 (d02a
+// +0.49, d07a −0.39, d26a −0.64), dev −2.86 → −2.85 (29 → 30 of 32
+// within 0.5 pt of threshold; e29c +2.90, e17c +1.71, e23c −2.36, e04c
+// −2.15), held −3.34 → −0.66, of which d14b 0.3 → 83.7 % (the scenario
+// the rule was built from, so that gain is in-sample; the other 31 held
+// scenarios +0.07 in the mean); the five rows at seeds 1–4 unchanged.
+// Without the keeps-up condition, or as a hard bound that lets go at
+// once, it lost on tune and dev (HISTORY.md, session 9).
+//
 // # decision_basis (closed set)
 //
 //   - offered_demand: demand complete; scored as above.

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/narwhal-io/narwhal/core/buckets"
@@ -874,6 +876,85 @@ func TestOverflowPricedDestinationQueueOverTheShortWindow(t *testing.T) {
 		}
 		if d.Action != ActionBlocked || d.Blocked != GateSourcePressure || g.Value != 1 {
 			t.Fatalf("%+v: got %s %q, source_pressure %+v; want blocked by %s at decode's measured 0.5 × 2/1 = 1", tc, d.Action, d.Blocked, g, GateSourcePressure)
+		}
+	}
+}
+
+// TestMeasuredPrefillWorkBoundsMovesToDecode: on overflow-priced demand a
+// move toward decode keeps more prefill engines than the work they
+// measure (busy share × engines, from the busy seconds of their latency
+// intervals) while the prefill pool keeps up; once the pool is measured
+// short, engines below that work move one at a time and none while
+// another is in transition. Demand priced without an overflow cohort, or
+// no busy figures, leave the moves as they were.
+func TestMeasuredPrefillWorkBoundsMovesToDecode(t *testing.T) {
+	short := PhaseObservation{Count: 100, Mean: 1.5, Max: 1.5}
+	// 6 serving prefill engines and 2 decode ones, decode measured at 3×
+	// its SLO and 85 % of its KV; mover: a 7th prefill engine already
+	// draining toward decode.
+	run := func(t *testing.T, share float64, report, overflow, mover bool, obsP PhaseObservation) Decision {
+		t.Helper()
+		c := newTestController(t, closedFormConfig(), 6, 2)
+		for ns := t0 - 12*sec; ns < t0; ns += sec {
+			for _, e := range c.Engines() {
+				busy := share
+				li := LatencyInterval{IntervalS: 1}
+				if report {
+					li.BusyS = &busy
+				}
+				if err := c.ObserveLatency(e.ID, ns, li); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if mover {
+			if err := c.UpsertEngine(Engine{ID: "x-moving", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RolePrefill,
+				State: StateDraining, TargetRole: RoleDecode, Live: true, KVCapacityTokens: 66144}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setResident(t, c, RoleDecode, t0, Resident{DecodeSeqs: 40, KVTokens: 56222}, 66144)
+		in := Inputs{Arrivals: steady(256, 512, 15), Outputs: &fakeHistory{}, ObservedPrefill: obsP,
+			ObservedDecode: PhaseObservation{Count: 100, Mean: 3, Max: 3}}
+		if overflow {
+			in.Arrivals.(*fakeHistory).overflow = buckets.Cohort{Count: 3, MaxInput: 256, MaxOutput: 512}
+		}
+		return c.Step(t0, in)
+	}
+	for _, overflow := range []bool{false, true} {
+		for _, tc := range []struct {
+			share float64
+			obsP  PhaseObservation
+			mover bool
+			work  float64
+			moves int // on overflow-priced demand; -1: blocked by the measured work
+		}{
+			{share: 0.3, work: 1.8, moves: -2}, // as without busy figures
+			{share: 0.75, work: 4.5, moves: 1},
+			{share: 0.9, work: 5.4, moves: -1},
+			{share: 0.9, obsP: short, work: 5.4, moves: 1},
+			{share: 0.9, obsP: short, mover: true, work: 5.4, moves: -1},
+		} {
+			without := run(t, 0, false, overflow, tc.mover, tc.obsP)
+			if without.Action != ActionMove || without.MeasuredPrefillWork != nil || (tc.obsP.Count == 0 && len(without.Moves) < 2) {
+				t.Fatalf("overflow %v, obsP %v, mover %v, no busy figures: %s %d moves (%s), work %v; want a move (of at least 2 engines when prefill keeps up) and no measured work",
+					overflow, tc.obsP.Mean, tc.mover, without.Action, len(without.Moves), without.Reason, without.MeasuredPrefillWork)
+			}
+			want := tc.moves
+			if !overflow || want == -2 {
+				want = len(without.Moves)
+			}
+			d := run(t, tc.share, true, overflow, tc.mover, tc.obsP)
+			if d.MeasuredPrefillWork == nil || math.Abs(*d.MeasuredPrefillWork-tc.work) > 1e-6 {
+				t.Fatalf("share %v: measured_prefill_work %v; want %v", tc.share, d.MeasuredPrefillWork, tc.work)
+			}
+			what := fmt.Sprintf("overflow %v, share %v, obsP %v, mover %v", overflow, tc.share, tc.obsP.Mean, tc.mover)
+			switch {
+			case want >= 0 && (d.Action != ActionMove || len(d.Moves) != want):
+				t.Errorf("%s: %s %d moves (%s); want %d (%d without busy figures)", what, d.Action, len(d.Moves), d.Reason, want, len(without.Moves))
+			case want < 0 && (d.Action != ActionBlocked || d.Blocked != GateSourcePressure || !strings.Contains(sourceGate(t, d).Detail, "measured work")):
+				t.Errorf("%s: %s blocked %q (%s); want blocked by the measured work", what, d.Action, d.Blocked, sourceGate(t, d).Detail)
+			}
 		}
 	}
 }

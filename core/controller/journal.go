@@ -108,8 +108,13 @@ type Decision struct {
 	Improvement          float64         `json:"improvement"`
 	RecoveryPrefillRatio float64         `json:"recovery_prefill_ratio"`
 	QueuedPrefillS       float64         `json:"queued_prefill_s"`
-	ObservedPrefillRatio float64         `json:"observed_prefill_ratio"`
-	ObservedDecodeRatio  float64         `json:"observed_decode_ratio"`
+	// MeasuredPrefillWork: the prefill pool's work in engines, from the
+	// busy seconds its engines' latency intervals report (mean busy share
+	// × live serving prefill engines); absent until measured. A move
+	// toward decode never leaves that many prefill engines or fewer.
+	MeasuredPrefillWork  *float64 `json:"measured_prefill_work,omitempty"`
+	ObservedPrefillRatio float64  `json:"observed_prefill_ratio"`
+	ObservedDecodeRatio  float64  `json:"observed_decode_ratio"`
 	// ObservedPrefillMissShare: the share of first tokens over the short
 	// horizon that came past the TTFT SLO (observed_prefill over / count).
 	ObservedPrefillMissShare float64 `json:"observed_prefill_miss_share"`

@@ -237,6 +237,9 @@ type Snapshot struct {
 	Evidence         buckets.Evidence `json:"evidence"`
 	EvidenceCutoffNs int64            `json:"evidence_cutoff_ns"`
 	riskNow          bool
+	// prefillWork: the prefill pool's measured work in engines
+	// (measuredPrefillWork), NaN when not measured.
+	prefillWork float64
 
 	// Derived scoring tables (from the values above only).
 	pm, dm []int32 // live serving prefill / decode engines by drain cost

@@ -49,6 +49,15 @@ func TestValidate(t *testing.T) {
 	f(r, "finite")
 	r.Snapshot.Engines[0] = EngineReport{ID: "e", KVCapacityTokens: -1}
 	f(r, "kv_capacity_tokens -1")
+	// busy_s: absent or finite and >= 0
+	for _, tc := range []struct {
+		busy   float64
+		wantIn string
+	}{{0.5, ""}, {0, ""}, {-1, "busy_s -1"}, {math.Inf(1), "busy_s +Inf"}, {math.NaN(), "busy_s NaN"}} {
+		b := tc.busy
+		r.Snapshot.Engines[0] = EngineReport{ID: "e", Latency: &controller.LatencyInterval{IntervalS: 1, BusyS: &b}}
+		f(r, tc.wantIn)
+	}
 }
 
 func TestJSONRoundTrip(t *testing.T) {
