@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +35,11 @@ func earlier(page string, set map[string]string) string {
 	return strings.Join(lines, "\n")
 }
 
-// Two scrapes of a vLLM engine serving a real published page: the
-// second snapshot carries the latency interval between them in the wire
-// format (EngineReport.Latency), once, and it survives the JSON the core
-// decodes.
-func TestSnapshotCarriesLatencyInterval(t *testing.T) {
+// earlierRealPage serves, from a fake vLLM engine, a real published page
+// rewritten to an earlier scrape of it (fewer prefills and decode
+// tokens); the real page is returned to serve next.
+func earlierRealPage(t *testing.T) ([]byte, *httptest.Server, *atomic.Value) {
+	t.Helper()
 	real, err := os.ReadFile(filepath.Join("testdata", "public", "vllm_tinyllama_blog.prom"))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +53,15 @@ func TestSnapshotCarriesLatencyInterval(t *testing.T) {
 		"vllm:time_per_output_token_seconds_sum":   "8.0",
 		"vllm:time_per_output_token_seconds_count": "1000.0",
 	})))
+	return real, eng, body
+}
+
+// Two scrapes of a vLLM engine serving a real published page: the
+// second snapshot carries the latency interval between them in the wire
+// format (EngineReport.Latency), once, and it survives the JSON the core
+// decodes.
+func TestSnapshotCarriesLatencyInterval(t *testing.T) {
+	real, eng, body := earlierRealPage(t)
 	cfg := Config{Node: "n", StaleAfterS: 5, Engines: []EngineConfig{{
 		ID: "v1", Kind: engine.VLLM, MetricsURL: eng.URL, Model: "tinyLlama/TinyLlama-1.1B-Chat-v1.0", GPUKind: "L4",
 		Geometry: engine.Geometry{Layers: 22, KVHeads: 4, HeadDim: 64, DTypeBytes: 2, TP: 1},
@@ -107,19 +118,7 @@ func TestSnapshotCarriesLatencyInterval(t *testing.T) {
 // times the interval); with a GPU whose utilization NVML cannot read, or
 // an engine that names no GPU, busy_s is absent (unknown, not zero).
 func TestLatencyIntervalCarriesGPUBusySeconds(t *testing.T) {
-	real, err := os.ReadFile(filepath.Join("testdata", "public", "vllm_tinyllama_blog.prom"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, body := fakeEngine(t, "vllm_new.prom")
-	body.Store([]byte(earlier(string(real), map[string]string{
-		"vllm:request_prefill_time_seconds_sum":    "0.2",
-		"vllm:request_prefill_time_seconds_count":  "5.0",
-		"vllm:request_prompt_tokens_sum":           "100.0",
-		"vllm:request_prompt_tokens_count":         "5.0",
-		"vllm:time_per_output_token_seconds_sum":   "8.0",
-		"vllm:time_per_output_token_seconds_count": "1000.0",
-	})))
+	real, eng, body := earlierRealPage(t)
 	mock := dgxa100.New()
 	for i, d := range mock.Devices {
 		dev := d.(*server.Device)
