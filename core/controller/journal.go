@@ -108,10 +108,10 @@ type Decision struct {
 	Improvement          float64         `json:"improvement"`
 	RecoveryPrefillRatio float64         `json:"recovery_prefill_ratio"`
 	QueuedPrefillS       float64         `json:"queued_prefill_s"`
-	// MeasuredPrefillWork: the prefill pool's work in engines, from the
-	// busy seconds its engines' latency intervals report (mean busy share
-	// × live serving prefill engines); absent until measured. A move
-	// toward decode never leaves that many prefill engines or fewer.
+	// MeasuredPrefillWork: the prefill pool's work in engines, the mean
+	// busy share of the live serving prefill engines (busy_s of their
+	// latency intervals) × their number; absent until measured. On
+	// overflow-priced demand it bounds moves toward decode (source_pressure).
 	MeasuredPrefillWork  *float64 `json:"measured_prefill_work,omitempty"`
 	ObservedPrefillRatio float64  `json:"observed_prefill_ratio"`
 	ObservedDecodeRatio  float64  `json:"observed_decode_ratio"`
