@@ -5,9 +5,9 @@ import "math"
 // busyAcc is one engine's measured prefill busy share: the busy seconds
 // its latency intervals report (LatencyInterval.BusyS) over the seconds
 // those intervals cover, both decayed with the short horizon as time
-// constant. It counts only intervals reported while
-// the engine serves the prefill role, and starts again whenever the
-// engine is seen in another role or state, so it never mixes two pools.
+// constant. It counts only intervals reported while the engine serves
+// the prefill role, and starts again whenever the engine is seen in
+// another role or state, so it never mixes two pools.
 type busyAcc struct {
 	prefill      bool
 	busyS, spanS float64
