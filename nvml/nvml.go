@@ -35,7 +35,6 @@ type Memory struct {
 	Known  bool   `json:"known"`
 }
 
-// Process is one compute process on a device (host PID namespace).
 // Utilization is NVML's utilization.gpu: the percent of its last sample
 // period (between 1/6 s and 1 s, by product) in which one or more kernels
 // ran on the GPU. Known is false when NVML cannot say (MIG instances
@@ -45,6 +44,7 @@ type Utilization struct {
 	Known      bool   `json:"known"`
 }
 
+// Process is one compute process on a device (host PID namespace).
 type Process struct {
 	PID       uint32 `json:"pid"`
 	UsedBytes uint64 `json:"used_bytes"`

@@ -9,7 +9,6 @@ import "math"
 // the prefill role, and starts again whenever the engine is seen in
 // another role or state, so it never mixes two pools.
 type busyAcc struct {
-	prefill      bool
 	busyS, spanS float64
 }
 
@@ -18,9 +17,6 @@ func (b *busyAcc) observe(e *Engine, tauS float64, li *LatencyInterval) {
 	if e.State != StateServing || e.Role != RolePrefill || !e.Live {
 		*b = busyAcc{}
 		return
-	}
-	if !b.prefill {
-		*b = busyAcc{prefill: true}
 	}
 	if li.BusyS == nil || li.IntervalS <= 0 || tauS <= 0 {
 		return
@@ -47,7 +43,7 @@ func (c *Controller) measuredPrefillWork() float64 {
 			continue
 		}
 		n++
-		if b := &c.busy[i]; b.prefill && b.spanS >= busyMinSpan*tauS {
+		if b := &c.busy[i]; b.spanS >= busyMinSpan*tauS {
 			covered++
 			share += b.busyS / b.spanS
 		}
