@@ -103,8 +103,9 @@
 // excess load, so every split stays finite and ordered. A split's score
 // is level(worse phase) + 0.01 × level(other) + drain_cost_weight ×
 // seconds the movers must drain, where level is linear up to score_cap
-// and logarithmic beyond. Each split is O(1); the journal rounds values
-// to 6 decimals.
+// and logarithmic beyond (far past score_cap the drain term, absolute,
+// can outweigh one engine's relief of the worse phase: the split holds).
+// Each split is O(1); the journal rounds values to 6 decimals.
 //
 // Measurements correct the model: observed TPOT calibrates the decode
 // cost (load or TPOT correction, clamped to [0.5, 2]); resident KV scales

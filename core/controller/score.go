@@ -139,7 +139,11 @@ func (s *Snapshot) closedSplit(j int) SplitScore {
 	// The score ranks splits by the worse phase, then the other phase,
 	// then drain cost. Pressures above score_cap grow logarithmically in
 	// the score (level), so that the hysteresis margin is relative there
-	// and no phase past saving ties every split.
+	// and no phase past saving ties every split. The drain cost stays
+	// absolute: far past score_cap it outweighs a relief of the worse
+	// phase of a few percent (one engine of twelve), and the current
+	// split scores best (HISTORY.md, session 10: making it relative too
+	// lost 11 and 65 pt on two 32- and 16-engine scenarios).
 	scoreCap := s.Config.ScoreCap
 	worst, other := sc.PrefillPressure, sc.DecodePressure
 	if other > worst {
