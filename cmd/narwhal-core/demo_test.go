@@ -149,3 +149,54 @@ func TestDemoFlagsRefuseBadValues(t *testing.T) {
 		t.Fatalf("parseDemo(nil) = %+v, %v; want the documented defaults", dc, err)
 	}
 }
+
+// TestDemoDecidesTheSameFromAnyStartWithinTheMinute runs the whole demo
+// replay twice, started at two wall-clock times 41.337 s apart within
+// one minute, and requires the same decisions and the same summary: the
+// replay starts on the minute, so the core's buckets cut the trace at
+// the same offsets (from the raw start, runs differed by a point of SLO
+// attainment).
+func TestDemoDecidesTheSameFromAnyStartWithinTheMinute(t *testing.T) {
+	defer func(f func() time.Time) { demoNow = f }(demoNow)
+	minute := time.Date(2026, 12, 2, 17, 4, 0, 0, time.UTC)
+	run := func(at time.Time) (decisions, summary string) {
+		t.Helper()
+		demoNow = func() time.Time { return at }
+		var stdout, stderr lockedBuffer
+		if err := runDemo(context.Background(), []string{"--listen", "127.0.0.1:0", "--pace", "1000000"}, &stdout, &stderr); err != nil {
+			t.Fatalf("demo at %v: %v\nstderr:\n%s", at, err, stderr.String())
+		}
+		i := strings.Index(stderr.String(), "SLO attainment")
+		if i < 0 {
+			t.Fatalf("demo at %v: no summary on stderr:\n%s", at, stderr.String())
+		}
+		summary = stderr.String()[i:]
+		if j := strings.Index(summary, "events"); j >= 0 {
+			summary = summary[:j] // the wall time after it differs
+		}
+		return stdout.String(), summary
+	}
+	d1, s1 := run(minute)
+	d2, s2 := run(minute.Add(41337 * time.Millisecond))
+	if n := strings.Count(d1, "\n"); n < 100 {
+		t.Fatalf("only %d decision lines:\n%s", n, d1)
+	}
+	if !strings.Contains(s1, "moves") {
+		t.Fatalf("summary without moves:\n%s", s1)
+	}
+	if d1 != d2 {
+		a, b := strings.Split(d1, "\n"), strings.Split(d2, "\n")
+		for i := range min(len(a), len(b)) {
+			if a[i] != b[i] {
+				t.Fatalf("decision %d differs between the two starts:\n%s\n%s", i, a[i], b[i])
+			}
+		}
+		t.Fatalf("decision counts differ: %d vs %d", len(a), len(b))
+	}
+	if s1 != s2 {
+		t.Fatalf("summaries differ:\n%s\n---\n%s", s1, s2)
+	}
+	if got, want := demoStartNs(minute.Add(59999*time.Millisecond)), minute.UnixNano(); got != want {
+		t.Fatalf("demoStartNs(%v + 59.999 s) = %d, want %d", minute, got, want)
+	}
+}
