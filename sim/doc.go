@@ -158,6 +158,10 @@
 // schedule from static-best's split (suite_oracle.go; cached with the
 // baseline) and adds an "oracle" row (oracle − static-best: the headroom
 // any dynamic schedule has, a lower bound) and narwhal − oracle.
+// SuiteOptions.OracleLateS (--oracle-late S) also replays each schedule S
+// seconds late, every move at T + S (an "oracle_late" row): what that
+// foresight keeps when it acts as late as a controller that must see a
+// change before it moves.
 //
 // # Library use (the demo main job)
 //

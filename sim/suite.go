@@ -59,6 +59,11 @@ type SuiteOptions struct {
 	// summary rows, SuiteRow.VsOracle). Without it a cached oracle is
 	// kept in the cache and not reported.
 	Oracle bool
+	// OracleLateS, with Oracle, also replays each hindsight schedule this
+	// many seconds late (ScenarioOracle.Late, the "oracle_late" summary
+	// rows): a yardstick for a causal controller, which sees a change
+	// only after it happened and confirms it before it moves. 0: not.
+	OracleLateS int
 }
 
 // Outcome is one policy's result on one scenario.
@@ -271,6 +276,16 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 			}
 		}
 		res.Oracle = &ScenarioOracle{SuiteOracle: *bl.Oracle, VsStaticBest: 100 * (bl.Oracle.Outcome.Attainment - bl.StaticBest)}
+		if o.OracleLateS > 0 {
+			c := cfg
+			c.InitialPrefill, c.Policy = bl.BestSplit, lateSchedule(bl.Oracle.Schedule, o.OracleLateS)
+			r, err := Run(ctx, c, reqs)
+			if err != nil {
+				return res, bl, fmt.Errorf("oracle %d s late: %w", o.OracleLateS, err)
+			}
+			oc := outcomeOf(r)
+			res.Oracle.Late, res.Oracle.LateS, res.Oracle.LateVsStaticBest = &oc, o.OracleLateS, 100*(oc.Attainment-bl.StaticBest)
+		}
 	}
 	for _, v := range o.Variants {
 		c := cfg
@@ -592,6 +607,12 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 			break
 		}
 	}
+	for _, r := range results {
+		if r.Oracle != nil && r.Oracle.Late != nil {
+			pols = append(pols, "oracle_late")
+			break
+		}
+	}
 	pols = append(pols, variants...)
 	for _, half := range []string{"tune", "held", "dev", "all"} {
 		for _, shift := range []string{"all", "shifting", "stationary"} {
@@ -611,6 +632,11 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 							continue
 						}
 						oc = r.Oracle.Outcome
+					case "oracle_late":
+						if r.Oracle == nil || r.Oracle.Late == nil {
+							continue
+						}
+						oc = *r.Oracle.Late
 					default:
 						var ok bool
 						if oc, ok = r.Narwhal[pol]; !ok {
@@ -635,7 +661,7 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 				if hours > 0 {
 					row.MovesPerHour, row.QuickRevPerH = moves/hours, quick/hours
 				}
-				if pol != "threshold" && pol != "oracle" {
+				if !baselinePolicy(pol) {
 					s := NewDeltaStats(vsTh)
 					row.VsThreshold = &s
 				}
@@ -650,6 +676,12 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 	return rows
 }
 
+// baselinePolicy: a summary row of a yardstick (threshold, the hindsight
+// schedule on time or late), not of a narwhal variant.
+func baselinePolicy(pol string) bool {
+	return pol == "threshold" || pol == "oracle" || pol == "oracle_late"
+}
+
 // WriteSuiteTable prints the summary rows as a Markdown table, then the
 // acceptance lines of issue 20 for each narwhal variant on the held half.
 func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
@@ -661,7 +693,7 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 	}
 	oracle := false
 	for _, r := range rows {
-		oracle = oracle || r.Policy == "oracle"
+		oracle = oracle || r.Policy == "oracle" || r.Policy == "oracle_late"
 	}
 	if oracle {
 		p("| group (half/traffic) | policy | n | mean SLO %% | − static-best: mean | p10 | worst | < 0 | − threshold: mean | p10 | worst | < 0 | ≥ −0.5 | − oracle: mean | p10 | moves/h | quick rev./h |\n")
@@ -693,7 +725,7 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 	}
 	p("\nAcceptance (issue 20), held half:\n")
 	for _, r := range rows {
-		if r.Policy == "threshold" || r.Policy == "oracle" || r.Group != "held/all" {
+		if baselinePolicy(r.Policy) || r.Group != "held/all" {
 			continue
 		}
 		shifting, st := byGroup[r.Policy+"@held/shifting"], byGroup[r.Policy+"@held/stationary"]
@@ -710,6 +742,11 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 		sb := or.VsStaticBest
 		p("- headroom: the hindsight schedule gains %+.2f pt (p10 %+.2f) over static-best on the held half's %d shifting scenarios run: "+
 			"the +3 pt target is %s\n", sb.Mean, sb.P10, sb.N, headroomVerdict(sb.Mean))
+	}
+	if or, ok := byGroup["oracle_late@held/shifting"]; ok {
+		sb := or.VsStaticBest
+		p("- the same schedules replayed late (--oracle-late) gain %+.2f pt (p10 %+.2f) over static-best on %d: a causal controller's yardstick\n",
+			sb.Mean, sb.P10, sb.N)
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -63,6 +64,28 @@ func suiteOracle(ctx context.Context, name string, cfg Config, reqs []Request, b
 type ScenarioOracle struct {
 	SuiteOracle
 	VsStaticBest float64 `json:"vs_static_best"`
+	// Late: the same schedule replayed LateS seconds late
+	// (SuiteOptions.OracleLateS), and its attainment minus static-best's.
+	Late             *Outcome `json:"late,omitempty"`
+	LateS            int      `json:"late_s,omitempty"`
+	LateVsStaticBest float64  `json:"late_vs_static_best,omitempty"`
+}
+
+// lateSchedule is the policy that replays a cached schedule (SuiteOracle.
+// Schedule: "P@T,..." or "static:P") lateS seconds late: every move at
+// T + lateS. A schedule of no move stays static.
+func lateSchedule(schedule string, lateS int) string {
+	if strings.HasPrefix(schedule, "static:") {
+		return schedule
+	}
+	moves := strings.Split(schedule, ",")
+	for i, m := range moves {
+		p, t, ok := strings.Cut(m, "@")
+		if at, err := strconv.ParseFloat(t, 64); ok && err == nil {
+			moves[i] = p + "@" + strconv.FormatFloat(at+float64(lateS), 'f', -1, 64)
+		}
+	}
+	return "scheduled:" + strings.Join(moves, ",")
 }
 
 // WriteOracleTable prints, per scenario with an oracle, static-best, the

@@ -147,3 +147,83 @@ func TestSuiteOracleHeadroomAndCache(t *testing.T) {
 		}
 	}
 }
+
+// lateSchedule shifts every move of a cached schedule and keeps a static
+// one static.
+func TestLateScheduleShiftsEveryMove(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		late int
+		want string
+	}{
+		{"5@60,6@120,4@1800", 30, "scheduled:5@90,6@150,4@1830"},
+		{"3@0", 60, "scheduled:3@60"},
+		{"static:7", 30, "static:7"},
+	} {
+		if got := lateSchedule(c.in, c.late); got != c.want {
+			t.Errorf("lateSchedule(%q, %d) = %q; want %q", c.in, c.late, got, c.want)
+		}
+	}
+}
+
+// The late oracle (SuiteOptions.OracleLateS): on the quick suite's
+// shifting scenario it is the oracle's schedule run that many seconds
+// late from static-best's split (the same attainment as that scheduled
+// run), it reports its difference to static-best, and the summary and
+// table carry an "oracle_late" row that is not taken for a narwhal
+// variant in the acceptance lines.
+func TestSuiteOracleLate(t *testing.T) {
+	src := testSources(t)
+	o := SuiteOptions{Sources: src, Variants: []SuiteVariant{{Name: "narwhal"}}, Parallel: 2, Baselines: map[string]SuiteBaseline{}, Oracle: true, OracleLateS: 60}
+	res, err := RunSuite(context.Background(), QuickSuite(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shift := res[0]
+	if shift.Oracle == nil || shift.Oracle.Late == nil || shift.Oracle.LateS != 60 {
+		t.Fatalf("late oracle missing: %+v", shift.Oracle)
+	}
+	reqs, _, _, err := shift.Scenario.Workload(src, shift.Baseline.RateScale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := scenarioConfig(shift.Scenario, shift.Baseline.TTFTSLOS, shift.Baseline.TPOTSLOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InitialPrefill, cfg.Policy = shift.Baseline.BestSplit, lateSchedule(shift.Oracle.Schedule, 60)
+	if !strings.HasPrefix(cfg.Policy, "scheduled:") {
+		t.Fatalf("the quick shifting scenario's oracle makes no move: %s", cfg.Policy)
+	}
+	r, err := Run(context.Background(), cfg, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := shift.Oracle.Late.Attainment
+	if late != r.SLOAttainment {
+		t.Fatalf("late oracle %.4f; %s from static:%d gives %.4f", late, cfg.Policy, shift.Baseline.BestSplit, r.SLOAttainment)
+	}
+	if late == shift.Oracle.Outcome.Attainment {
+		t.Fatalf("a minute late changes nothing (%.4f): not replayed late", late)
+	}
+	if got, want := shift.Oracle.LateVsStaticBest, 100*(late-shift.Baseline.StaticBest); got != want {
+		t.Fatalf("LateVsStaticBest %v; want %v", got, want)
+	}
+	rows := SummarizeSuite(res, []string{"narwhal"})
+	var lr *SuiteRow
+	for i := range rows {
+		if rows[i].Policy == "oracle_late" && rows[i].Group == "tune/shifting" {
+			lr = &rows[i]
+		}
+	}
+	if lr == nil || lr.N != 1 || lr.VsStaticBest.Mean != 100*(late-shift.Baseline.StaticBest) || lr.VsThreshold != nil {
+		t.Fatalf("oracle_late row %+v", lr)
+	}
+	var b strings.Builder
+	if err := WriteSuiteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| tune/shifting | oracle_late | 1 |") || strings.Contains(b.String(), "- oracle_late:") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}

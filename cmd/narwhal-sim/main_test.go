@@ -245,6 +245,9 @@ func TestCLISuiteRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"suite", "--half", "middle", "--traces", dir},
 		{"suite", "--parallel", "0", "--traces", dir},
+		{"suite", "--quick", "--oracle-late", "30", "--traces", dir},
+		{"suite", "--quick", "--oracle", "--oracle-late", "601", "--traces", dir},
+		{"suite", "--quick", "--oracle", "--oracle-late", "-1", "--traces", dir},
 		{"suite", "--variant", "novalue", "--traces", dir},
 		{"suite", "--variant", "threshold=" + bad, "--traces", dir},
 		{"suite", "--variant", "x=" + bad, "--traces", dir},

@@ -39,8 +39,12 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	exact := fs.Bool("exact", true, "also run each narwhal variant from the exact profile without calibration, reported as NAME@exact")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	oracle := fs.Bool("oracle", false, "also search each scenario's hindsight schedule from static-best (minutes per scenario; cached in --baselines) and report oracle − static-best and narwhal − oracle")
+	oracleLate := fs.Int("oracle-late", 0, "with --oracle, also replay each hindsight schedule this many seconds late (1..600; a yardstick for a causal controller)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *oracleLate != 0 && (!*oracle || *oracleLate < 1 || *oracleLate > 600) {
+		return fmt.Errorf("suite: --oracle-late %d: want 1..600 seconds, with --oracle", *oracleLate)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("suite: unexpected arguments %q", fs.Args())
@@ -106,7 +110,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("suite: baselines: %w", err)
 		}
 	}
-	o := sim.SuiteOptions{Sources: sources, Variants: vs, Parallel: *parallel, Baselines: cache, EvenStart: *even, Oracle: *oracle}
+	o := sim.SuiteOptions{Sources: sources, Variants: vs, Parallel: *parallel, Baselines: cache, EvenStart: *even, Oracle: *oracle, OracleLateS: *oracleLate}
 	if *decisions != "" {
 		if err := os.MkdirAll(*decisions, 0o755); err != nil {
 			return fmt.Errorf("suite: decisions: %w", err)
