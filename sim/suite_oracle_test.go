@@ -40,14 +40,7 @@ func TestSuiteOracleHeadroomAndCache(t *testing.T) {
 	}
 	// The schedule is a real one: scheduled:<Schedule> from static-best's
 	// split on the scenario's workload gives the oracle's attainment.
-	reqs, _, _, err := shift.Scenario.Workload(src, shift.Baseline.RateScale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := scenarioConfig(shift.Scenario, shift.Baseline.TTFTSLOS, shift.Baseline.TPOTSLOS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, reqs := scenarioReplay(t, src, shift)
 	cfg.InitialPrefill, cfg.Policy = shift.Baseline.BestSplit, "scheduled:"+shift.Oracle.Schedule
 	re, err := Run(context.Background(), cfg, reqs)
 	if err != nil {
@@ -183,14 +176,7 @@ func TestSuiteOracleLate(t *testing.T) {
 	if shift.Oracle == nil || shift.Oracle.Late == nil || shift.Oracle.LateS != 60 {
 		t.Fatalf("late oracle missing: %+v", shift.Oracle)
 	}
-	reqs, _, _, err := shift.Scenario.Workload(src, shift.Baseline.RateScale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := scenarioConfig(shift.Scenario, shift.Baseline.TTFTSLOS, shift.Baseline.TPOTSLOS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, reqs := scenarioReplay(t, src, shift)
 	cfg.InitialPrefill, cfg.Policy = shift.Baseline.BestSplit, lateSchedule(shift.Oracle.Schedule, 60)
 	if !strings.HasPrefix(cfg.Policy, "scheduled:") {
 		t.Fatalf("the quick shifting scenario's oracle makes no move: %s", cfg.Policy)
@@ -226,4 +212,19 @@ func TestSuiteOracleLate(t *testing.T) {
 	if !strings.Contains(b.String(), "| tune/shifting | oracle_late | 1 |") || strings.Contains(b.String(), "- oracle_late:") {
 		t.Fatalf("table:\n%s", b.String())
 	}
+}
+
+// scenarioReplay is a suite result's scenario as the suite ran it: its
+// config at the cached SLOs and its workload at the cached rate scale.
+func scenarioReplay(t *testing.T, src map[string]ShapeSource, r ScenarioResult) (Config, []Request) {
+	t.Helper()
+	reqs, _, _, err := r.Scenario.Workload(src, r.Baseline.RateScale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := scenarioConfig(r.Scenario, r.Baseline.TTFTSLOS, r.Baseline.TPOTSLOS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, reqs
 }
