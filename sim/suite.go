@@ -278,7 +278,10 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 		res.Oracle = &ScenarioOracle{SuiteOracle: *bl.Oracle, VsStaticBest: 100 * (bl.Oracle.Outcome.Attainment - bl.StaticBest)}
 		if o.OracleLateS > 0 {
 			c := cfg
-			c.InitialPrefill, c.Policy = bl.BestSplit, lateSchedule(bl.Oracle.Schedule, o.OracleLateS)
+			c.InitialPrefill = bl.BestSplit
+			if c.Policy, err = lateSchedule(bl.Oracle.Schedule, c.Engines, o.OracleLateS); err != nil {
+				return res, bl, err
+			}
 			r, err := Run(ctx, c, reqs)
 			if err != nil {
 				return res, bl, fmt.Errorf("oracle %d s late: %w", o.OracleLateS, err)

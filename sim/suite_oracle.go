@@ -72,20 +72,22 @@ type ScenarioOracle struct {
 }
 
 // lateSchedule is the policy that replays a cached schedule (SuiteOracle.
-// Schedule: "P@T,..." or "static:P") lateS seconds late: every move at
-// T + lateS. A schedule of no move stays static.
-func lateSchedule(schedule string, lateS int) string {
+// Schedule: "P@T,..." or "static:P") on engines engines lateS seconds
+// late: every move at T + lateS. A schedule of no move stays static; one
+// the scheduled policy would refuse is an error.
+func lateSchedule(schedule string, engines, lateS int) (string, error) {
 	if strings.HasPrefix(schedule, "static:") {
-		return schedule
+		return schedule, nil
 	}
-	moves := strings.Split(schedule, ",")
-	for i, m := range moves {
-		p, t, ok := strings.Cut(m, "@")
-		if at, err := strconv.ParseFloat(t, 64); ok && err == nil {
-			moves[i] = p + "@" + strconv.FormatFloat(at+float64(lateS), 'f', -1, 64)
-		}
+	spec, err := parsePolicy("scheduled:"+schedule, engines)
+	if err != nil {
+		return "", fmt.Errorf("cached oracle schedule: %w", err)
 	}
-	return "scheduled:" + strings.Join(moves, ",")
+	moves := make([]string, len(spec.moves))
+	for i, m := range spec.moves {
+		moves[i] = strconv.Itoa(m.target) + "@" + strconv.FormatFloat(float64(m.atNs)/1e9+float64(lateS), 'f', -1, 64)
+	}
+	return "scheduled:" + strings.Join(moves, ","), nil
 }
 
 // WriteOracleTable prints, per scenario with an oracle, static-best, the

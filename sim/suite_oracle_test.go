@@ -141,8 +141,8 @@ func TestSuiteOracleHeadroomAndCache(t *testing.T) {
 	}
 }
 
-// lateSchedule shifts every move of a cached schedule and keeps a static
-// one static.
+// lateSchedule shifts every move of a cached schedule, keeps a static
+// one static and refuses one the scheduled policy would refuse.
 func TestLateScheduleShiftsEveryMove(t *testing.T) {
 	for _, c := range []struct {
 		in   string
@@ -151,10 +151,16 @@ func TestLateScheduleShiftsEveryMove(t *testing.T) {
 	}{
 		{"5@60,6@120,4@1800", 30, "scheduled:5@90,6@150,4@1830"},
 		{"3@0", 60, "scheduled:3@60"},
+		{"3@0.5", 10, "scheduled:3@10.5"},
 		{"static:7", 30, "static:7"},
 	} {
-		if got := lateSchedule(c.in, c.late); got != c.want {
-			t.Errorf("lateSchedule(%q, %d) = %q; want %q", c.in, c.late, got, c.want)
+		if got, err := lateSchedule(c.in, 8, c.late); err != nil || got != c.want {
+			t.Errorf("lateSchedule(%q, 8, %d) = %q, %v; want %q", c.in, c.late, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"5@x", "5@60,4@30", "9@60", "", "5"} {
+		if got, err := lateSchedule(bad, 8, 30); err == nil {
+			t.Errorf("lateSchedule(%q, 8, 30) = %q; want an error", bad, got)
 		}
 	}
 }
@@ -177,7 +183,10 @@ func TestSuiteOracleLate(t *testing.T) {
 		t.Fatalf("late oracle missing: %+v", shift.Oracle)
 	}
 	cfg, reqs := scenarioReplay(t, src, shift)
-	cfg.InitialPrefill, cfg.Policy = shift.Baseline.BestSplit, lateSchedule(shift.Oracle.Schedule, 60)
+	cfg.InitialPrefill = shift.Baseline.BestSplit
+	if cfg.Policy, err = lateSchedule(shift.Oracle.Schedule, cfg.Engines, 60); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.HasPrefix(cfg.Policy, "scheduled:") {
 		t.Fatalf("the quick shifting scenario's oracle makes no move: %s", cfg.Policy)
 	}
