@@ -88,6 +88,7 @@ type Controller struct {
 	lastEv   *DemandEvidence
 	lastEvAt uint64
 	pendMove []Move
+	memory   moveMemory
 
 	decisions [5]atomic.Uint64 // by basis (index in Bases)
 	moves     atomic.Uint64
@@ -813,6 +814,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	}()
 
 	c.recordQueue(nowNs, s)
+	c.memory.observe(nowNs, c.tm.ShortNs+int64(c.switchS()*1e9), s)
 	if s.Basis == BasisNoEngines {
 		d.Reason = "no live serving engine"
 		c.confirmDir, c.confirmCount = 0, 0
@@ -898,6 +900,13 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// for the same decode KV).
 	if dir < 0 && (kvSoon || s.kvPastTarget(cur, c.cfg)) {
 		confirmed = true
+	}
+	// Move memory (memory.go): the same move starved its source under
+	// this demand.
+	if c.memory.holds(nowNs, s, dir, s.PrefillEngines+s.IncomingPrefill+dir) {
+		d.Reason = ReasonMoveMemory
+		c.confirmDir, c.confirmCount = 0, 0
+		return d
 	}
 	if !confirmed {
 		k = 1
@@ -1117,6 +1126,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	}
 	// Move.
 	c.lastMoveNs, c.lastMoveDir = nowNs, dir
+	c.memory.moved(s, nowNs, dir, s.PrefillEngines+s.IncomingPrefill+dir*k, c.cfg.TargetPressure)
 	c.confirmDir, c.confirmCount = 0, 0
 	c.addRisk(nowNs, "move")
 	d.Moves = make([]Move, 0, k)

@@ -279,6 +279,28 @@
 // failing one is blocked_gate; the journal's proposed split is where the
 // decision moves to.
 //
+// Move memory (memory.go) holds a proposal before the gates, with the
+// reason "the same move starved its source under this demand (move
+// memory)": a move whose source pool was measured within target_pressure
+// when it was decided and, once the move had landed, measured past its
+// SLO (smoothed over 30 s, within 600 s of landing) is not repeated, in
+// the same direction to the same split, for an hour while the long
+// horizon's arrival rate and mean input stay within 25 % of what they
+// were at that move; measured deficit or not. The model cannot see what
+// the measurement showed: the development draw's e24c (8 × OPT-66B,
+// stationary; static 4:4 90.9 %, static 5:3 1.8 %) went 4:4 → 5:3 ten
+// times in the hour on a prefill burst measured in the short window, and
+// back on decode's measurement each time. Measured (prior + calibrate,
+// mean vs static-best): tune +0.381 → +0.378 (no scenario moved by 0.3
+// pt; quick reversals 19 → 18), the development draw −2.851 → −1.813
+// (e24c −36.0 → −8.0 in 20 → 4 moves, e15c −10.1 → −4.6), held −0.662 →
+// −0.659 (none moved by 0.3 pt); the five rows at seeds 1–4 within 0.06
+// pt. A memory of 1800 s instead of 3600 s: the development draw −1.989
+// (e24c −13.7: the move came back when it expired), tune and held
+// unchanged. Holding only the moves no measurement confirms (with the
+// 1800-s memory): e24c −24.6 against −13.7, since its prefill bursts
+// measure past the TTFT SLO at 4:4 and confirm the move.
+//
 // # Consolidation evidence
 //
 // Risk events are moves and steps whose decode breaches its SLO (observed

@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"testing"
+)
+
+// memoryRun drives a 4:4 controller through a move toward prefill
+// followed by decode measured at 1.5× its TPOT SLO at 5:3 until the
+// controller reverses after reversalSteps confirmations. The move is
+// taken at t0 on first. It returns the controller, back at 4:4, and the time of the reversal.
+func memoryRun(t *testing.T, reversalSteps int, first Inputs) (*Controller, int64) {
+	t.Helper()
+	cfg := closedFormConfig()
+	cfg.ReversalConfirmSteps = reversalSteps
+	c := newTestController(t, cfg, 4, 4)
+	if d := c.Step(t0, first); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
+		t.Fatalf("first move: got %s %q (%s); want decode to prefill", d.Action, d.Blocked, d.Reason)
+	}
+	starved := d2pInputs()
+	starved.ObservedPrefill = PhaseObservation{Count: 100, Mean: 0.5}
+	starved.ObservedDecode = PhaseObservation{Count: 100, Mean: 1.5, Over: 80}
+	now := t0
+	for i := 0; i < 200; i++ {
+		now += sec
+		d := c.Step(now, starved)
+		if d.Action == ActionMove {
+			if d.Moves[0].To != RoleDecode {
+				t.Fatalf("step %d: moved %+v; want the reversal to decode", i, d.Moves[0])
+			}
+			return c, now
+		}
+	}
+	t.Fatal("no reversal in 200 steps")
+	return nil, 0
+}
+
+// prefillShort: d2pInputs' shape at rate requests/s and input tokens,
+// with prefill measured past its TTFT SLO (a deficit measured, not only
+// predicted) and decode within target.
+func prefillShort(rate float64, input int64) Inputs {
+	in := Inputs{Arrivals: steady(input, 16, rate), Outputs: &fakeHistory{}}
+	in.ObservedPrefill = PhaseObservation{Count: 100, Mean: 1.2, Over: 60}
+	in.ObservedDecode = PhaseObservation{Count: 100, Mean: 0.3}
+	return in
+}
+
+// TestMoveMemoryHoldsAMoveThatStarvedItsSource: decode, within target
+// when a decode engine moved to prefill (4:4 → 5:3), measured 1.5× its
+// TPOT SLO once the move had landed (the short window past the switch
+// time) for the audit's steps, and the controller reversed. Back at 4:4,
+// with prefill now measured past its SLO under the same demand, the move
+// to 5:3 is held by move memory, though the deficit is measured. It is
+// released by demand outside the remembered rate or mean input ±25 %, and
+// after the memory's hold. A reversal before the move had landed (decode
+// measured past its SLO only while the move settled) leaves no memory.
+func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		reversalSteps int
+		first         Inputs
+		after         int64 // seconds after the reversal
+		in            Inputs
+		held          bool
+	}{
+		{"same demand", 60, d2pInputs(), 1, prefillShort(20, 1024), true},
+		{"rate within 25 %", 60, d2pInputs(), 1, prefillShort(24, 1024), true},
+		{"input within 25 %", 60, d2pInputs(), 1, prefillShort(20, 1200), true},
+		{"rate +30 %", 60, d2pInputs(), 1, prefillShort(26, 1024), false},
+		{"input −30 %", 60, d2pInputs(), 1, prefillShort(20, 716), false},
+		{"hold over", 60, d2pInputs(), int64(memoryHoldS) + 1, prefillShort(20, 1024), false},
+		// Settling takes the short window (10 s) past the switch time
+		// (30 s); the audit then needs 10 steps: a reversal at 45 s
+		// comes before it.
+		{"reversed before the audit's steps past landing", 45, d2pInputs(), 1, prefillShort(20, 1024), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, now := memoryRun(t, tc.reversalSteps, tc.first)
+			d := c.Step(now+tc.after*sec, tc.in)
+			if tc.held {
+				if d.Action != ActionHold || d.Reason != ReasonMoveMemory {
+					t.Fatalf("got %s %q (%s); want held by move memory", d.Action, d.Blocked, d.Reason)
+				}
+				return
+			}
+			// Not held: the move toward prefill goes through the gates, where the
+			// reversal's confirmation holds it on this first step.
+			if d.Action != ActionBlocked || d.Blocked != GateConfirmation || d.Proposed == nil || d.Proposed.PrefillEngines <= 4 {
+				t.Fatalf("got %s %q (%s), proposed %+v; want a move toward prefill blocked only by confirmation", d.Action, d.Blocked, d.Reason, d.Proposed)
+			}
+		})
+	}
+}
+
+// TestMoveMemoryNeedsTheSourceWithinTargetAtTheMove: a move taken while
+// its source already measured past target_pressure (both phases short,
+// the score deciding) is not remembered when the source then measures
+// past its SLO; taken with the source at target, it is. The audit is
+// driven directly: the gates keep a decode engine from leaving a decode
+// pool measured past target on this demand (demand_evidence).
+func TestMoveMemoryNeedsTheSourceWithinTargetAtTheMove(t *testing.T) {
+	const settle = 40 * sec
+	for _, tc := range []struct {
+		atMove float64
+		want   bool
+	}{{0.8, true}, {0.85, false}} {
+		var m moveMemory
+		s := &Snapshot{Long: HorizonDemand{RatePerS: 20, MeanInput: 1024}}
+		s.ObservedDecode = PhaseObservation{Count: 100, Mean: tc.atMove}
+		m.moved(s, t0, 1, 5, 0.8)
+		s.ObservedDecode.Mean = 1.5
+		for now := t0; now <= t0+settle+20*sec; now += sec {
+			m.observe(now, settle, s)
+		}
+		if got := m.holds(t0+settle+21*sec, s, 1, 5); got != tc.want {
+			t.Fatalf("decode at %v at the move: holds %v; want %v", tc.atMove, got, tc.want)
+		}
+		if m.holds(t0+settle+21*sec, s, 1, 6) || m.holds(t0+settle+21*sec, s, -1, 5) {
+			t.Fatalf("decode at %v at the move: another split or direction held", tc.atMove)
+		}
+	}
+}
