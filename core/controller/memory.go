@@ -9,7 +9,8 @@ import "math"
 // switch time), the source pool's measured latency ratio (TPOT / SLO for
 // a move toward prefill, TTFT / SLO toward decode) is smoothed over
 // memoryTauS. If it passes 1 within memoryAuditS of landing (after at
-// least memoryMinSteps steps) while the source was measured within
+// least memoryMinSteps steps, or one when a move reverses it first)
+// while the source was measured within
 // target_pressure when the move was decided, the move is remembered: its
 // direction and the prefill count it produced, with the long horizon's
 // arrival rate and mean input at the time. For memoryHoldS after that a
@@ -131,8 +132,13 @@ func (m *moveMemory) starved(s *Snapshot) bool {
 }
 
 // moved starts the audit of a move in direction dir that leaves prefill
-// engines (ending the audit of the move before).
+// engines. A move reversing the audited one ends that audit on what was
+// measured since it landed: one step past the SLO suffices then (the
+// reversal, on a measured deficit, waited for its own confirmations).
 func (m *moveMemory) moved(s *Snapshot, nowNs int64, dir, prefill int, target float64) {
+	if a := &m.audit; dir == -a.dir && a.active && a.within && a.steps >= 1 && a.src > 1 && sameDemand(s, a.rate, a.input) {
+		m.remember(nowNs)
+	}
 	o := sourceObs(s, dir)
 	m.audit = moveAudit{active: true, atNs: nowNs, dir: dir, prefill: prefill, within: o.Count == 0 || o.Mean <= target,
 		rate: s.Long.RatePerS, input: s.Long.MeanInput}

@@ -51,8 +51,9 @@ func prefillShort(rate float64, input int64) Inputs {
 // with prefill now measured past its SLO under the same demand, the move
 // to 5:3 is held by move memory, though the deficit is measured. It is
 // released by demand outside the remembered rate or mean input ±25 %, and
-// after the memory's hold. A reversal before the move had landed (decode
-// measured past its SLO only while the move settled) leaves no memory.
+// after the memory's hold. A reversal before the move had settled (decode
+// measured past its SLO only while it did) leaves no memory; one soon
+// after ends the audit with what it measured.
 func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -69,9 +70,11 @@ func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
 		{"input −30 %", 60, d2pInputs(), 1, prefillShort(20, 716), false},
 		{"hold over", 60, d2pInputs(), int64(memoryHoldS) + 1, prefillShort(20, 1024), false},
 		// Settling takes the short window (10 s) past the switch time
-		// (30 s); the audit then needs 10 steps: a reversal at 45 s
-		// comes before it.
-		{"reversed before the audit's steps past landing", 45, d2pInputs(), 1, prefillShort(20, 1024), false},
+		// (30 s): a reversal at 35 s comes before the move has landed
+		// in the measurements; one at 45 s, after five steps past the
+		// SLO, ends the audit early.
+		{"reversed before the move settled", 35, d2pInputs(), 1, prefillShort(20, 1024), false},
+		{"reversed soon after it settled", 45, d2pInputs(), 1, prefillShort(20, 1024), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, now := memoryRun(t, tc.reversalSteps, tc.first)
