@@ -285,9 +285,9 @@
 // when it was decided and, once the move had landed, measured past its
 // SLO (smoothed over 30 s; within 600 s of landing, or when the move is
 // reversed sooner) is not repeated, in the same direction to the same
-// split, for an hour while the long horizon's arrival rate and mean input
-// stay within 25 % of what they were at that move; measured deficit or
-// not. The model cannot see what the measurement showed: the development
+// split of a fleet of the same size, for an hour while the long
+// horizon's arrival rate and mean input stay within 25 % of what they
+// were at that move; measured deficit or not. The model cannot see what the measurement showed: the development
 // draw's e24c (8 × OPT-66B, stationary; static 4:4 90.9 %, static 5:3
 // 1.8 %) went 4:4 → 5:3 ten times in the hour on a prefill burst measured
 // in the short window, and back on decode's measurement each time.

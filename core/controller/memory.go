@@ -14,9 +14,10 @@ import "math"
 // target_pressure when the move was decided, the move is remembered: its
 // direction and the prefill count it produced, with the long horizon's
 // arrival rate and mean input at the time. For memoryHoldS after that a
-// move in the same direction to the same split is held, measured deficit
-// or not, while both demand figures stay within memoryDemandTol of the
-// remembered ones; a change of demand beyond that releases it at once.
+// move in the same direction to the same split (prefill engines and
+// fleet size) is held, measured deficit or not, while both demand figures
+// stay within memoryDemandTol of the remembered ones; a change of demand
+// or of the fleet's size releases it at once.
 //
 // The model's ranking cannot see this: on the development draw's e24c
 // (8 × OPT-66B, stationary) the rollout scores 5:3 above 4:4 whenever a
@@ -27,6 +28,7 @@ import "math"
 // Not persisted: a restarted controller relearns it at the cost of one
 // more starved move. At most memoryCap moves are remembered (the oldest
 // goes first).
+
 // ReasonMoveMemory is the hold reason of a move that move memory holds.
 const ReasonMoveMemory = "the same move starved its source under this demand (move memory)"
 
@@ -41,9 +43,9 @@ const (
 
 // memoryEntry is one remembered move.
 type memoryEntry struct {
-	dir, prefill int
-	rate, input  float64
-	untilNs      int64
+	dir, prefill, engines int
+	rate, input           float64
+	untilNs               int64
 }
 
 // moveAudit follows the source of the latest move.
@@ -52,6 +54,7 @@ type moveAudit struct {
 	atNs        int64
 	dir         int
 	prefill     int     // prefill engines the move produced
+	engines     int     // serving and moving engines at the move
 	within      bool    // the source was measured within target at the move
 	rate, input float64 // long-horizon demand at the move
 	src         float64 // smoothed source ratio since landing
@@ -76,6 +79,12 @@ func sameDemand(s *Snapshot, rate, input float64) bool {
 	return near(s.Long.RatePerS, rate) && near(s.Long.MeanInput, input)
 }
 
+// splitEngines is the fleet a split is counted over: serving engines and
+// those moving between the roles.
+func splitEngines(s *Snapshot) int {
+	return s.PrefillEngines + s.IncomingPrefill + s.DecodeEngines + s.IncomingDecode
+}
+
 // sourceObs is the source pool's observation for a move in direction dir.
 func sourceObs(s *Snapshot, dir int) PhaseObservation {
 	if dir > 0 {
@@ -91,7 +100,7 @@ func (m *moveMemory) remember(nowNs int64) {
 		copy(m.entries, m.entries[1:])
 		m.entries = m.entries[:memoryCap-1]
 	}
-	m.entries = append(m.entries, memoryEntry{dir: a.dir, prefill: a.prefill, rate: a.rate, input: a.input, untilNs: nowNs + int64(memoryHoldS*1e9)})
+	m.entries = append(m.entries, memoryEntry{dir: a.dir, prefill: a.prefill, engines: a.engines, rate: a.rate, input: a.input, untilNs: nowNs + int64(memoryHoldS*1e9)})
 	a.active = false
 }
 
@@ -140,15 +149,15 @@ func (m *moveMemory) moved(s *Snapshot, nowNs int64, dir, prefill int, target fl
 		m.remember(nowNs)
 	}
 	o := sourceObs(s, dir)
-	m.audit = moveAudit{active: true, atNs: nowNs, dir: dir, prefill: prefill, within: o.Count == 0 || o.Mean <= target,
-		rate: s.Long.RatePerS, input: s.Long.MeanInput}
+	m.audit = moveAudit{active: true, atNs: nowNs, dir: dir, prefill: prefill, engines: splitEngines(s),
+		within: o.Count == 0 || o.Mean <= target, rate: s.Long.RatePerS, input: s.Long.MeanInput}
 }
 
 // holds reports whether a move in direction dir leaving prefill engines
 // is remembered as starving its source under the current demand.
 func (m *moveMemory) holds(nowNs int64, s *Snapshot, dir, prefill int) bool {
 	for _, e := range m.entries {
-		if e.dir == dir && e.prefill == prefill && nowNs < e.untilNs && sameDemand(s, e.rate, e.input) {
+		if e.dir == dir && e.prefill == prefill && e.engines == splitEngines(s) && nowNs < e.untilNs && sameDemand(s, e.rate, e.input) {
 			return true
 		}
 	}

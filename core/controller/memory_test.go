@@ -1,19 +1,21 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 )
 
 // memoryRun drives a 4:4 controller through a move toward prefill
 // followed by decode measured at 1.5× its TPOT SLO at 5:3 until the
 // controller reverses after reversalSteps confirmations. The move is
-// taken at t0 on first. It returns the controller, back at 4:4, and the time of the reversal.
-func memoryRun(t *testing.T, reversalSteps int, first Inputs) (*Controller, int64) {
+// taken at t0, before anything is measured (decode within target). It
+// returns the controller, back at 4:4, and the time of the reversal.
+func memoryRun(t *testing.T, reversalSteps int) (*Controller, int64) {
 	t.Helper()
 	cfg := closedFormConfig()
 	cfg.ReversalConfirmSteps = reversalSteps
 	c := newTestController(t, cfg, 4, 4)
-	if d := c.Step(t0, first); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
+	if d := c.Step(t0, d2pInputs()); d.Action != ActionMove || d.Moves[0].To != RolePrefill {
 		t.Fatalf("first move: got %s %q (%s); want decode to prefill", d.Action, d.Blocked, d.Reason)
 	}
 	starved := d2pInputs()
@@ -50,34 +52,40 @@ func prefillShort(rate float64, input int64) Inputs {
 // time) for the audit's steps, and the controller reversed. Back at 4:4,
 // with prefill now measured past its SLO under the same demand, the move
 // to 5:3 is held by move memory, though the deficit is measured. It is
-// released by demand outside the remembered rate or mean input ±25 %, and
-// after the memory's hold. A reversal before the move had settled (decode
+// released by demand outside the remembered rate or mean input ±25 %, by
+// a fleet one engine larger, and after the memory's hold. A reversal before the move had settled (decode
 // measured past its SLO only while it did) leaves no memory; one soon
 // after ends the audit with what it measured.
 func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		reversalSteps int
-		first         Inputs
 		after         int64 // seconds after the reversal
 		in            Inputs
 		held          bool
 	}{
-		{"same demand", 60, d2pInputs(), 1, prefillShort(20, 1024), true},
-		{"rate within 25 %", 60, d2pInputs(), 1, prefillShort(24, 1024), true},
-		{"input within 25 %", 60, d2pInputs(), 1, prefillShort(20, 1200), true},
-		{"rate +30 %", 60, d2pInputs(), 1, prefillShort(26, 1024), false},
-		{"input −30 %", 60, d2pInputs(), 1, prefillShort(20, 716), false},
-		{"hold over", 60, d2pInputs(), int64(memoryHoldS) + 1, prefillShort(20, 1024), false},
+		{"same demand", 60, 1, prefillShort(20, 1024), true},
+		{"rate within 25 %", 60, 1, prefillShort(24, 1024), true},
+		{"input within 25 %", 60, 1, prefillShort(20, 1200), true},
+		{"rate +30 %", 60, 1, prefillShort(26, 1024), false},
+		{"input −30 %", 60, 1, prefillShort(20, 716), false},
+		{"hold over", 60, int64(memoryHoldS) + 1, prefillShort(20, 1024), false},
+		{"one engine more in the fleet", 60, 1, prefillShort(20, 1024), false},
 		// Settling takes the short window (10 s) past the switch time
 		// (30 s): a reversal at 35 s comes before the move has landed
 		// in the measurements; one at 45 s, after five steps past the
 		// SLO, ends the audit early.
-		{"reversed before the move settled", 35, d2pInputs(), 1, prefillShort(20, 1024), false},
-		{"reversed soon after it settled", 45, d2pInputs(), 1, prefillShort(20, 1024), true},
+		{"reversed before the move settled", 35, 1, prefillShort(20, 1024), false},
+		{"reversed soon after it settled", 45, 1, prefillShort(20, 1024), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, now := memoryRun(t, tc.reversalSteps, tc.first)
+			c, now := memoryRun(t, tc.reversalSteps)
+			if strings.HasPrefix(tc.name, "one engine more") {
+				// 5:4 after the move is another split than 5:3.
+				if err := c.UpsertEngine(Engine{ID: "e-new", Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RoleDecode, Live: true, KVCapacityTokens: 66144}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			d := c.Step(now+tc.after*sec, tc.in)
 			if tc.held {
 				if d.Action != ActionHold || d.Reason != ReasonMoveMemory {
@@ -85,8 +93,8 @@ func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
 				}
 				return
 			}
-			// Not held: the move toward prefill goes through the gates, where the
-			// reversal's confirmation holds it on this first step.
+			// Not held: the move toward prefill goes through the gates,
+			// where the reversal's confirmation holds it on this step.
 			if d.Action != ActionBlocked || d.Blocked != GateConfirmation || d.Proposed == nil || d.Proposed.PrefillEngines <= 4 {
 				t.Fatalf("got %s %q (%s), proposed %+v; want a move toward prefill blocked only by confirmation", d.Action, d.Blocked, d.Reason, d.Proposed)
 			}
