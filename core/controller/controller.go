@@ -92,9 +92,11 @@ type Controller struct {
 
 	decisions [5]atomic.Uint64 // by basis (index in Bases)
 	moves     atomic.Uint64
-	blocked   [9]atomic.Uint64 // by gate (index in Gates)
-	lastPref  atomic.Uint64    // float64 bits, current prefill pressure
-	lastDec   atomic.Uint64
+	// memoryHolds: decisions move memory held.
+	memoryHolds atomic.Uint64
+	blocked     [9]atomic.Uint64 // by gate (index in Gates)
+	lastPref    atomic.Uint64    // float64 bits, current prefill pressure
+	lastDec     atomic.Uint64
 
 	// Profiles beyond the set (calibrate.go): online calibration per
 	// profile index, the resolver for missing (model, GPU, TP) and what
@@ -905,6 +907,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// this demand.
 	if c.memory.holds(nowNs, s, dir, s.PrefillEngines+s.IncomingPrefill+dir) {
 		d.Reason = ReasonMoveMemory
+		c.memoryHolds.Add(1)
 		c.confirmDir, c.confirmCount = 0, 0
 		return d
 	}

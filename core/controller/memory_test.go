@@ -3,6 +3,8 @@ package controller
 import (
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // memoryRun drives a 4:4 controller through a move toward prefill
@@ -87,11 +89,15 @@ func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
 				}
 			}
 			d := c.Step(now+tc.after*sec, tc.in)
+			holds := memoryHoldsMetric(t, c)
 			if tc.held {
-				if d.Action != ActionHold || d.Reason != ReasonMoveMemory {
-					t.Fatalf("got %s %q (%s); want held by move memory", d.Action, d.Blocked, d.Reason)
+				if d.Action != ActionHold || d.Reason != ReasonMoveMemory || holds != 1 {
+					t.Fatalf("got %s %q (%s), narwhal_controller_move_memory_holds_total %v; want held by move memory, counted once", d.Action, d.Blocked, d.Reason, holds)
 				}
 				return
+			}
+			if holds != 0 {
+				t.Fatalf("narwhal_controller_move_memory_holds_total %v; want 0", holds)
 			}
 			// Not held: the move toward prefill goes through the gates,
 			// where the reversal's confirmation holds it on this step.
@@ -129,4 +135,23 @@ func TestMoveMemoryNeedsTheSourceWithinTargetAtTheMove(t *testing.T) {
 			t.Fatalf("decode at %v at the move: another split or direction held", tc.atMove)
 		}
 	}
+}
+
+// memoryHoldsMetric reads narwhal_controller_move_memory_holds_total from
+// the controller's collector.
+func memoryHoldsMetric(t *testing.T, c *Controller) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "narwhal_controller_move_memory_holds_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("narwhal_controller_move_memory_holds_total not collected")
+	return 0
 }

@@ -9,13 +9,13 @@ import (
 type collector struct {
 	c                                  *Controller
 	decisions, moves, blocked, engines *prometheus.Desc
-	pressure                           *prometheus.Desc
+	pressure, memoryHolds              *prometheus.Desc
 }
 
 // Collector returns a Prometheus collector read at scrape time:
 // narwhal_controller_decisions_total{basis},
 // narwhal_controller_moves_total, narwhal_controller_blocked_total{gate},
-// narwhal_engines{role,state} (state "down" for engines not live) and
+// narwhal_controller_move_memory_holds_total, narwhal_engines{role,state} (state "down" for engines not live) and
 // narwhal_controller_pressure{phase} (current split, last step).
 func (c *Controller) Collector() prometheus.Collector {
 	return &collector{c: c,
@@ -24,6 +24,8 @@ func (c *Controller) Collector() prometheus.Collector {
 		blocked:   prometheus.NewDesc("narwhal_controller_blocked_total", "Decisions whose proposed move a gate blocked, by gate.", []string{"gate"}, nil),
 		engines:   prometheus.NewDesc("narwhal_engines", "Engines by role and state.", []string{"role", "state"}, nil),
 		pressure:  prometheus.NewDesc("narwhal_controller_pressure", "Predicted pressure (latency / SLO) of the current split at the last step.", []string{"phase"}, nil),
+		memoryHolds: prometheus.NewDesc("narwhal_controller_move_memory_holds_total",
+			"Decisions held because the same move starved its source under the same demand (move memory).", nil, nil),
 	}
 }
 
@@ -33,6 +35,7 @@ func (m *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.blocked
 	ch <- m.engines
 	ch <- m.pressure
+	ch <- m.memoryHolds
 }
 
 func (m *collector) Collect(ch chan<- prometheus.Metric) {
@@ -41,6 +44,7 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.decisions, prometheus.CounterValue, float64(c.decisions[i].Load()), b)
 	}
 	ch <- prometheus.MustNewConstMetric(m.moves, prometheus.CounterValue, float64(c.moves.Load()))
+	ch <- prometheus.MustNewConstMetric(m.memoryHolds, prometheus.CounterValue, float64(c.memoryHolds.Load()))
 	for i, g := range Gates {
 		ch <- prometheus.MustNewConstMetric(m.blocked, prometheus.CounterValue, float64(c.blocked[i].Load()), g)
 	}
