@@ -287,10 +287,11 @@
 // reversed sooner) is not repeated, in the same direction to the same
 // split of a fleet of the same size, for an hour while the long
 // horizon's arrival rate and mean input stay within 25 % of what they
-// were at that move; measured deficit or not. The model cannot see what the measurement showed: the development
-// draw's e24c (8 × OPT-66B, stationary; static 4:4 90.9 %, static 5:3
-// 1.8 %) went 4:4 → 5:3 ten times in the hour on a prefill burst measured
-// in the short window, and back on decode's measurement each time.
+// were at that move; measured deficit or not. The model cannot see what
+// the measurement showed: the development draw's e24c (8 × OPT-66B,
+// stationary; static 4:4 90.9 %, static 5:3 1.8 %) went 4:4 → 5:3 ten
+// times in the hour on a prefill burst measured in the short window, and
+// back on decode's measurement each time.
 // Measured (prior + calibrate, mean vs static-best): tune +0.381 →
 // +0.378 (no scenario moved by 0.3 pt; quick reversals 19 → 18), the
 // development draw −2.851 → −1.757 (e24c −36.0 → −8.0 in 20 → 4 moves,

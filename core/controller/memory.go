@@ -127,17 +127,17 @@ func (m *moveMemory) observe(nowNs, settleNs int64, s *Snapshot) {
 	}
 	a.steps++
 	a.lastNs = nowNs
-	if m.starved(s) {
+	if m.starved(s, memoryMinSteps) {
 		m.remember(nowNs)
 	}
 }
 
 // starved: the audited move's source, measured within target when it
-// was decided, measures past its SLO since it landed, under the same
-// demand.
-func (m *moveMemory) starved(s *Snapshot) bool {
+// was decided, measures past its SLO over at least minSteps steps since
+// it landed, under the same demand.
+func (m *moveMemory) starved(s *Snapshot, minSteps int) bool {
 	a := &m.audit
-	return a.active && a.within && a.steps >= memoryMinSteps && a.src > 1 && sameDemand(s, a.rate, a.input)
+	return a.active && a.within && a.steps >= minSteps && a.src > 1 && sameDemand(s, a.rate, a.input)
 }
 
 // moved starts the audit of a move in direction dir that leaves prefill
@@ -145,7 +145,7 @@ func (m *moveMemory) starved(s *Snapshot) bool {
 // measured since it landed: one step past the SLO suffices then (the
 // reversal, on a measured deficit, waited for its own confirmations).
 func (m *moveMemory) moved(s *Snapshot, nowNs int64, dir, prefill int, target float64) {
-	if a := &m.audit; dir == -a.dir && a.active && a.within && a.steps >= 1 && a.src > 1 && sameDemand(s, a.rate, a.input) {
+	if dir == -m.audit.dir && m.starved(s, 1) {
 		m.remember(nowNs)
 	}
 	o := sourceObs(s, dir)
