@@ -742,6 +742,9 @@ const kvCorrectionMax = 3.0
 // journal; a move is handed to the actuator after the lock is released.
 func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	c.mu.Lock()
+	if n := c.clampFuture(nowNs); n > 0 {
+		c.log.Warn("times after this step read as its time (the clock stepped back, or the state was saved under a clock ahead)", "at_ns", nowNs, "times", n)
+	}
 	c.freeze(nowNs, in)
 	d := c.decide(nowNs)
 	c.journal.add(d)

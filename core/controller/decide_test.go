@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -645,5 +646,99 @@ func TestRestoredRoleWinsOverRegisteredRole(t *testing.T) {
 	}
 	if got := c.Roles().RoleOf("late"); got != RolePrefill {
 		t.Errorf("engine late: role %s after a second registration as prefill; want prefill", got)
+	}
+}
+
+// A state saved by a leader whose clock ran ten minutes ahead of this
+// one (or a clock that stepped back ten minutes): cooldown and dwell run
+// from this controller's first step, not from the saved times, so the
+// next move comes 121 s after it as in TestRestartKeepsCooldownDwellAndRoles
+// rather than ten minutes later (the evidence cutoff likewise: 40 s of
+// arrivals close it).
+func TestRestoreFromAClockAheadWaitsFromNowNotForTheSkew(t *testing.T) {
+	cfg := testConfig()
+	cfg.CooldownS, cfg.DwellS = 30, 120
+	a := newTestController(t, cfg, 3, 4)
+	in := Inputs{Arrivals: steady(1024, 16, 30), Outputs: &fakeHistory{}}
+	if d := a.Step(t0, in); d.Action != ActionMove {
+		t.Fatalf("setup: expected a move; got %s %q", d.Action, d.Blocked)
+	}
+	for _, e := range a.Engines() {
+		e.LastMoveNs = t0
+		if err := a.UpsertEngine(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := a.State()
+	b, err := New(cfg, testTiming(), BuiltinProfiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range a.Engines() {
+		e.Role, e.LastMoveNs = RoleNone, 0
+		if err := b.UpsertEngine(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	behind := t0 - 600*sec // b's clock
+	// The saved move and risk event, ten minutes ahead, are read as now:
+	// cooldown counts from 0 s, and consolidation evidence from this step.
+	d := b.Step(behind, in)
+	for _, g := range d.Gates {
+		if (g.Gate == GateCooldown || g.Gate == GateDemandEvidence) && (g.Pass || g.Value != 0) {
+			t.Fatalf("first step: %s pass %v value %v; want held at 0", g.Gate, g.Pass, g.Value)
+		}
+	}
+	if d := b.Step(behind+40*sec, in); d.Blocked != GateDwell {
+		t.Fatalf("at 40 s: %s %q; want held by dwell (cooldown over)", d.Action, d.Blocked)
+	}
+	if d := b.Step(behind+121*sec, in); d.Action != ActionMove {
+		t.Fatalf("at 121 s: %s %q; want a move (dwell over), not a wait for the skew", d.Action, d.Blocked)
+	}
+	for _, e := range b.Engines() {
+		if e.LastMoveNs > behind+121*sec {
+			t.Fatalf("engine %s last move %d s after the step", e.ID, (e.LastMoveNs-behind-121*sec)/sec)
+		}
+	}
+}
+
+// Restore refuses a state that LoadState would refuse, whole: the error
+// names the field and nothing is applied (sequence, roles, cooldown).
+func TestRestoreRefusesAnInvalidStateAndChangesNothing(t *testing.T) {
+	cfg := testConfig()
+	c := newTestController(t, cfg, 3, 4)
+	before := c.Roles()
+	good := PersistedState{Version: stateVersion, Seq: 50, LastMoveNs: t0,
+		Engines: []PersistedEngine{{ID: "e0", Role: RoleDecode, LastMoveNs: t0}}}
+	for name, mod := range map[string]func(*PersistedState){
+		"empty engine id":     func(s *PersistedState) { s.Engines = append(s.Engines, PersistedEngine{ID: "", Role: RolePrefill}) },
+		"repeated engine":     func(s *PersistedState) { s.Engines = append(s.Engines, s.Engines[0]) },
+		"negative last move":  func(s *PersistedState) { s.LastMoveNs = -1 },
+		"confirm past seq":    func(s *PersistedState) { s.Confirm = PersistedConfirm{Dir: 1, Count: 2, Seq: 51} },
+		"confirm direction 3": func(s *PersistedState) { s.Confirm = PersistedConfirm{Dir: 3, Count: 1, Seq: 50} },
+		"negative risk time":  func(s *PersistedState) { s.Risks = []riskEvent{{AtNs: -5, Kind: "decode_pressure"}} },
+	} {
+		st := good
+		st.Engines = append([]PersistedEngine(nil), good.Engines...)
+		mod(&st)
+		err := c.Restore(st)
+		if !errors.Is(err, ErrInvalidState) {
+			t.Fatalf("%s: Restore gave %v; want ErrInvalidState", name, err)
+		}
+		if got := c.State(); got.Seq != 0 || got.LastMoveNs != 0 {
+			t.Fatalf("%s: state changed to seq %d, last move %d; want nothing applied", name, got.Seq, got.LastMoveNs)
+		}
+		if r := c.Roles(); !equalStrings(r.Prefill, before.Prefill) || !equalStrings(r.Decode, before.Decode) {
+			t.Fatalf("%s: roles changed to %v/%v", name, r.Prefill, r.Decode)
+		}
+	}
+	if err := c.Restore(good); err != nil {
+		t.Fatalf("the valid state: %v", err)
+	}
+	if got := c.State(); got.Seq != 50 || got.LastMoveNs != t0 {
+		t.Fatalf("valid state applied as seq %d, last move %d; want 50, t0", got.Seq, got.LastMoveNs)
 	}
 }

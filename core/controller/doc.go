@@ -328,7 +328,15 @@
 // sequence) is written atomically by SaveState (temp file, fsync,
 // rename); an engine mid-move is saved in its target role; the saved
 // direction (last_move_dir) keeps a reversal's stricter confirmation
-// across a restart.
+// across a restart. Restore runs Validate's checks without a clock and
+// refuses an invalid state whole (ErrInvalidState naming the field,
+// nothing applied), whatever its source: the checkpoint, a Kubernetes
+// object, a caller's store. Times after a step (a state saved by a
+// leader whose clock ran ahead, or a clock that stepped back) are read
+// as that step's time, with a warning, so cooldown, dwell and the
+// consolidation evidence run from now instead of waiting out the skew
+// (clock.go); a checkpoint file more than a minute ahead of the loading
+// clock is still refused when the journal opens (below).
 //
 // # Journal and checkpoint (OpenJournal)
 //

@@ -78,13 +78,19 @@ func (c *Controller) State() PersistedState {
 
 // Restore applies saved state: sequence, cooldown clock, confirmation,
 // risk events, and for each engine its role and last move (engines not
-// yet known get them when first upserted).
+// yet known get them when first upserted). A state Validate refuses
+// (without a clock) is refused whole: Restore returns the error and
+// changes nothing.
 func (c *Controller) Restore(st PersistedState) error {
 	if st.Version != stateVersion {
 		return fmt.Errorf("%w: state version %d, want %d", ErrInvalidConfig, st.Version, stateVersion)
 	}
-	if err := validateCalibrations(st.Calibrations, func(int64) bool { return false }); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidState, err)
+	// The same checks as LoadState's (no clock here: times after the
+	// next step are read as that step's, see clock.go), so a state from
+	// any source (a Kubernetes object, a caller's own store) is refused
+	// whole with an error naming the field, and nothing is applied.
+	if err := st.Validate(0); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
