@@ -335,8 +335,8 @@
 // leader whose clock ran ahead, or a clock that stepped back) are read
 // as that step's time, with a warning, so cooldown, dwell and the
 // consolidation evidence run from now instead of waiting out the skew
-// (clock.go); a checkpoint file more than a minute ahead of the loading
-// clock is still refused when the journal opens (below).
+// (clock.go); a checkpoint more than a day ahead of the loading clock is
+// corrupt and refused when the journal opens (below).
 //
 // # Journal and checkpoint (OpenJournal)
 //

@@ -132,12 +132,16 @@ var (
 )
 
 // stateFutureSlackNs is how far ahead of the loading clock a saved time
-// may lie (the same node's clock stepping back a little between runs).
-const stateFutureSlackNs = int64(time.Minute)
+// may lie: a day, the ring's far-future bound. Within it a time ahead is
+// a clock that stepped back between runs, or a leader whose clock ran
+// ahead, and the first step reads it as its own time (clock.go); beyond
+// it the file is corrupt (last_move_ns = max int64 would hold its engine
+// for ever).
+const stateFutureSlackNs = int64(24 * time.Hour)
 
-// Validate checks st; nowNs > 0 also refuses times more than a minute
-// after nowNs (a last move in the future would block its engine for
-// ever). The error names the field and the value.
+// Validate checks st; nowNs > 0 also refuses times more than a day
+// after nowNs (stateFutureSlackNs). The error names the field and the
+// value.
 func (st *PersistedState) Validate(nowNs int64) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidState}, args...)...)

@@ -345,7 +345,7 @@ func TestSavedStateIsValidatedAndTornStateFallsBackToJournal(t *testing.T) {
 	path := filepath.Join(dir, StateCheckpoint)
 	for name, st := range map[string]PersistedState{
 		"last move in the future": {Version: 1, Seq: 3, Engines: []PersistedEngine{{ID: "e1", Role: RolePrefill, LastMoveNs: math.MaxInt64}}},
-		"cooldown in the future":  {Version: 1, Seq: 3, LastMoveNs: 2000 * sec},
+		"cooldown a day ahead":    {Version: 1, Seq: 3, LastMoveNs: 1000*sec + 24*3600*sec + 1},
 		"unknown direction":       {Version: 1, Seq: 3, LastMoveDir: 7},
 		"engine without a role":   {Version: 1, Seq: 3, Engines: []PersistedEngine{{ID: "e1"}}},
 	} {
@@ -356,6 +356,15 @@ func TestSavedStateIsValidatedAndTornStateFallsBackToJournal(t *testing.T) {
 		if !errors.Is(err, ErrInvalidState) {
 			t.Fatalf("%s: open gave %v; want ErrInvalidState", name, err)
 		}
+	}
+	// Ten minutes ahead is a clock that stepped back between runs (or a
+	// leader's clock ahead): kept, and read as now at the first step.
+	ahead := PersistedState{Version: 1, Seq: 3, LastMoveNs: 1600 * sec, Engines: []PersistedEngine{{ID: "e1", Role: RolePrefill, LastMoveNs: 1600 * sec}}}
+	if err := SaveState(path, ahead); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := openJ(t, dir, JournalOptions{NowNs: func() int64 { return 1000 * sec }}); !r.FromCheckpoint || r.State.LastMoveNs != 1600*sec {
+		t.Fatalf("a checkpoint ten minutes ahead: recovered %+v (from checkpoint %v); want it kept", r.State, r.FromCheckpoint)
 	}
 	os.WriteFile(path, []byte(`{"version":1,"engines":[{"id":"e1","role":"sideways"}]}`), 0o644)
 	if _, err := LoadState(path); !errors.Is(err, ErrInvalidState) {
