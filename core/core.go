@@ -142,6 +142,7 @@ type Core struct {
 	lastStepNs   atomic.Int64
 	okUntil      atomic.Int64
 	aheadRefused atomic.Uint64
+	behindNs     atomic.Int64 // noteClock
 	tolNs        int64
 	errAhead     error
 
@@ -491,6 +492,7 @@ func (c *Core) Step(nowNs int64) controller.Decision {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
 	c.lastStepNs.Store(nowNs)
+	c.noteClock(nowNs)
 	if c.clock.Load() == nil {
 		c.okUntil.Store(sat(nowNs, c.stepNs+c.tolNs))
 	}
@@ -498,6 +500,24 @@ func (c *Core) Step(nowNs int64) controller.Decision {
 	d := c.ctrl.Step(nowNs, c.inputs(nowNs))
 	c.saveState()
 	return d
+}
+
+// noteClock keeps how far the newest recorded arrivals bucket lies after
+// nowNs, and logs when that first passes the demand window (see Stuck).
+// Caller holds stepMu.
+func (c *Core) noteClock(nowNs int64) {
+	var behind int64
+	if n, ok := c.demand.Arrivals.NewestNs(); ok && n > nowNs {
+		behind = n - nowNs
+	}
+	prev := c.behindNs.Swap(behind)
+	switch {
+	case behind > c.windowNs && prev <= c.windowNs:
+		c.log.Error("the clock is behind the recorded demand history by more than the demand window (it stepped back): every record is refused until it catches up; restart the core to record again (roles and move times are kept in its state)",
+			"behind_s", float64(behind)/1e9, "demand_window_s", float64(c.windowNs)/1e9)
+	case behind <= c.windowNs && prev > c.windowNs:
+		c.log.Info("the clock has caught up with the recorded demand history", "behind_s", float64(behind)/1e9)
+	}
 }
 
 // expirePending ends the offers pending since a step at least

@@ -74,4 +74,19 @@
 // what is refused cannot move the newest bucket and expire a window. The
 // check is one load and a compare; the clock is read only when a
 // timestamp passes its last reading plus the tolerance.
+//
+// A clock that steps back: histories only move forward (expiry is exact
+// and lock-free because a ring's epochs never decrease), so a record
+// older than a history's retention is refused. Within the demand window
+// the records land in buckets already seen and nothing is lost. Past it
+// every record is refused until the clock catches up; each Step keeps how
+// far the newest arrivals bucket lies after it (ClockBehindNs,
+// narwhal_core_clock_behind_history_seconds), and Stuck reports it past
+// the demand window, logged once as an error. The core does not rewrite
+// its histories' timeline itself (the Kubernetes demand store merges
+// every router's histories by their timestamps, which a private offset
+// would shift): a restart records at once, the controller's roles and
+// move times coming back from its state (a saved time up to a day ahead
+// is read as the first step's time), and the service's /healthz fails
+// while Stuck so that the kubelet restarts it.
 package core

@@ -7,6 +7,8 @@ var (
 		"Records refused because their timestamp lay more than future_tolerance_s after the core's clock.", nil, nil)
 	descPendingExpired = prometheus.NewDesc("narwhal_core_pending_offers_expired_total",
 		"Pending offers ended by pending_timeout_s and counted as unsized observations.", nil, nil)
+	descClockBehind = prometheus.NewDesc("narwhal_core_clock_behind_history_seconds",
+		"How far the newest recorded demand bucket lies after the latest step (0 normally); past the demand window every record is refused until the clock catches up.", nil, nil)
 )
 
 // coreCollector exports the core's own counters at scrape time.
@@ -15,15 +17,28 @@ type coreCollector struct{ c *Core }
 func (cc *coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAheadRefused
 	ch <- descPendingExpired
+	ch <- descClockBehind
 }
 
 func (cc *coreCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAheadRefused, prometheus.CounterValue, float64(cc.c.aheadRefused.Load()))
 	ch <- prometheus.MustNewConstMetric(descPendingExpired, prometheus.CounterValue, float64(cc.c.pendingExpired.Load()))
+	ch <- prometheus.MustNewConstMetric(descClockBehind, prometheus.GaugeValue, float64(cc.c.behindNs.Load())/1e9)
 }
 
 // AheadRefused counts records refused with ErrAheadOfClock.
 func (c *Core) AheadRefused() uint64 { return c.aheadRefused.Load() }
+
+// ClockBehindNs is how far the newest recorded arrivals bucket lay after
+// the latest step's time (0 when it did not): see the package
+// documentation, Time.
+func (c *Core) ClockBehindNs() int64 { return c.behindNs.Load() }
+
+// Stuck reports whether the clock is behind the recorded demand history
+// by more than the demand window: every record is then refused as older
+// than the history's retention until the clock catches up (a clock that
+// stepped back), and only a fresh core (a restart) records again.
+func (c *Core) Stuck() bool { return c.behindNs.Load() > c.windowNs }
 
 // PendingExpired counts pending offers ended by pending_timeout_s.
 func (c *Core) PendingExpired() uint64 { return c.pendingExpired.Load() }

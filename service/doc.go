@@ -12,7 +12,8 @@
 //	GET  /metrics           Prometheus: the core's collectors, narwhal_fleet_*, narwhal_http_*,
 //	                        narwhal_build_info, narwhal_engine_role/state, narwhal_slo_*, Go and process
 //	GET  /                  the status page (package ui; assets under /ui/, series at /ui/api/series)
-//	GET  /healthz           the process is up
+//	GET  /healthz           the process is up and can record (503 while the clock is behind the
+//	                        demand history by more than the demand window, see core.Core.Stuck)
 //	GET  /readyz            journal and checkpoint writing, and fresh agent data (or agents.required=false)
 //	POST /v1/demand/deltas  with kubernetes.enabled: routers' demand deltas (bearer token; 409 on a follower)
 //

@@ -355,9 +355,7 @@ func (s *Server) routes() (http.Handler, error) {
 	mux.Handle("/metrics", m.instrument("metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	})))
-	mux.Handle("/healthz", getOnly(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}))
+	mux.Handle("/healthz", getOnly(s.handleHealth))
 	mux.Handle("/readyz", getOnly(s.handleReady))
 	mux.Handle("/ui/", m.instrument("ui", getOnly(s.page.Handler().ServeHTTP)))
 	mux.Handle("/", s.rootHandler())
@@ -443,6 +441,28 @@ func (s *Server) handleDecisions(w http.ResponseWriter, r *http.Request) {
 type journaled interface {
 	JournalHealth() error
 	JournalCollectors() []prometheus.Collector
+}
+
+// stuckCore is the core's report of a clock behind its recorded demand
+// history (core.Core.Stuck).
+type stuckCore interface {
+	Stuck() bool
+	ClockBehindNs() int64
+}
+
+// handleHealth is the liveness probe: the process is up and can record.
+// A core whose clock stepped back past its demand history refuses every
+// record until the clock catches up (an hour's step: an hour blind); a
+// restart records at once (roles and move times come back from the
+// checkpoint), so the probe fails and the kubelet restarts the pod.
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if sc, ok := s.core.(stuckCore); ok && sc.Stuck() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "stuck",
+			"reason": fmt.Sprintf("the clock is %.0f s behind the recorded demand history (it stepped back): every record is refused until it catches up; a restart records again",
+				float64(sc.ClockBehindNs())/1e9)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -298,3 +298,27 @@ func TestServeAndShutdown(t *testing.T) {
 		t.Fatal("Serve returned without closing the core")
 	}
 }
+
+// The liveness probe fails while the core's clock is behind its recorded
+// demand history by more than the demand window (every record refused),
+// so the kubelet restarts the pod, and passes again once it has caught
+// up.
+func TestHealthzFailsWhileTheClockIsBehindTheHistory(t *testing.T) {
+	c := newRealCore(t, "e1", "e2")
+	s := newTestServer(t, testConfig(), c)
+	if err := c.OfferSized(testNow, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	c.Step(testNow)
+	if code, body := get(t, s.Handler(), "/healthz"); code != 200 || !strings.Contains(body, `"ok"`) {
+		t.Fatalf("healthz: got %d %s; want 200 ok", code, body)
+	}
+	c.Step(testNow - 3600e9) // the clock stepped back an hour
+	if code, body := get(t, s.Handler(), "/healthz"); code != 503 || !strings.Contains(body, "3600 s behind the recorded demand history") {
+		t.Fatalf("healthz an hour behind: got %d %s; want 503 naming the hour", code, body)
+	}
+	c.Step(testNow + 1e9)
+	if code, _ := get(t, s.Handler(), "/healthz"); code != 200 {
+		t.Fatalf("healthz after catching up: got %d; want 200", code)
+	}
+}

@@ -183,7 +183,7 @@ func TestPrometheusRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"NarwhalSLOBudgetBurnFast", "NarwhalNoLeader", "NarwhalEngineStuckMoving", "NarwhalAgentsSilent", "NarwhalJournalWriteErrors"} {
+	for _, want := range []string{"NarwhalSLOBudgetBurnFast", "NarwhalNoLeader", "NarwhalEngineStuckMoving", "NarwhalAgentsSilent", "NarwhalJournalWriteErrors", "NarwhalClockBehindHistory"} {
 		if !fired[want] {
 			t.Errorf("no alert %s tested (alerts: %v)", want, alerts)
 		}
