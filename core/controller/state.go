@@ -139,6 +139,12 @@ var (
 // for ever).
 const stateFutureSlackNs = int64(24 * time.Hour)
 
+// maxStateSeq bounds a saved sequence: 2^53, exact in every JSON reader
+// and 285 million years of one-second steps; a larger one is corrupt
+// (at 2^64 − 1 the next decision's sequence would wrap to 0, and the
+// journal's replay would skip every record after it).
+const maxStateSeq = 1 << 53
+
 // Validate checks st; nowNs > 0 also refuses times more than a day
 // after nowNs (stateFutureSlackNs). The error names the field and the
 // value.
@@ -149,6 +155,9 @@ func (st *PersistedState) Validate(nowNs int64) error {
 	future := func(v int64) bool { return nowNs > 0 && v > nowNs+stateFutureSlackNs }
 	if st.Version != stateVersion {
 		return bad("version %d, want %d", st.Version, stateVersion)
+	}
+	if st.Seq > maxStateSeq {
+		return bad("seq %d beyond 2^53 (the next decision's would not follow it)", st.Seq)
 	}
 	if st.LastMoveNs < 0 || future(st.LastMoveNs) {
 		return bad("last_move_ns %d is negative or in the future (now %d)", st.LastMoveNs, nowNs)

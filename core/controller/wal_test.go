@@ -347,6 +347,7 @@ func TestSavedStateIsValidatedAndTornStateFallsBackToJournal(t *testing.T) {
 		"last move in the future": {Version: 1, Seq: 3, Engines: []PersistedEngine{{ID: "e1", Role: RolePrefill, LastMoveNs: math.MaxInt64}}},
 		"cooldown a day ahead":    {Version: 1, Seq: 3, LastMoveNs: 1000*sec + 24*3600*sec + 1},
 		"unknown direction":       {Version: 1, Seq: 3, LastMoveDir: 7},
+		"sequence about to wrap":  {Version: 1, Seq: math.MaxUint64},
 		"engine without a role":   {Version: 1, Seq: 3, Engines: []PersistedEngine{{ID: "e1"}}},
 	} {
 		if err := SaveState(path, st); err != nil {
