@@ -133,6 +133,9 @@ func NewKube(cfg Config, client kubernetes.Interface, logger *slog.Logger) (*Kub
 	if k.store, err = demandmerge.New(demandmerge.Config{
 		Demand:               buckets.DemandConfig{BucketWidthNs: width, DemandWindowNs: secNs(c.DemandWindowS)},
 		AttainmentIntervalNs: secNs(c.MonitorIntervalS), AttainmentRetentionNs: 4 * secNs(c.DemandWindowS),
+		// The bound routers' events get (events.max_future_s), on the
+		// leader's clock.
+		NowNs: func() int64 { return time.Now().UnixNano() }, FutureToleranceNs: int64(cfg.Events.MaxFutureS * 1e9),
 	}); err != nil {
 		return nil, fmt.Errorf("service: demand merge: %w", err)
 	}
@@ -208,6 +211,7 @@ func (k *Kube) mergeCollectors() []prometheus.Collector {
 		{"duplicate", func(s demandmerge.ApplyStats) int64 { return s.Duplicate }},
 		{"stale", func(s demandmerge.ApplyStats) int64 { return s.Stale }},
 		{"far", func(s demandmerge.ApplyStats) int64 { return s.Far }},
+		{"ahead", func(s demandmerge.ApplyStats) int64 { return s.Ahead }},
 	} {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "narwhal_demand_merge_buckets_total",

@@ -52,8 +52,12 @@
 // Choices where the spec is silent:
 //   - Buckets more than one retention behind the merged newest bucket are
 //     dropped as stale; buckets more than 24 h ahead of it as far (the
-//     single-core ring's bound), so one router's wild clock cannot expire
-//     the others' history.
+//     single-core ring's bound); with the leader's clock (Config.NowNs,
+//     which the service sets) buckets starting more than
+//     FutureToleranceNs after it (the service: events.max_future_s) are
+//     refused as ahead, the merged store's form of the core's own rule,
+//     so one router whose clock runs ahead cannot move the merged newest
+//     bucket and leave every other router's buckets stale.
 //   - Exporter.Next(closedBeforeNs) scans the demand histories from their
 //     newest bucket, and attainment back one retention from
 //     closedBeforeNs (buckets.Attainment exposes no newest bucket); pass

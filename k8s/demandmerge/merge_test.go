@@ -504,3 +504,47 @@ func TestExporterResendsUntilAcked(t *testing.T) {
 		t.Fatalf("repriced bucket: ok=%v delta %+v", ok, d)
 	}
 }
+
+// One router whose clock runs ten minutes ahead of the leader's: with the
+// leader's clock (NowNs) its buckets past the tolerance are refused and
+// counted (Ahead), and the other routers' history stays. Without a clock
+// the same delta moves the merged newest bucket ten minutes on and
+// leaves the others' buckets stale: the leader reads no demand at its
+// own time.
+func TestARouterClockAheadCannotStaleTheOthers(t *testing.T) {
+	now := t0 + 5*widthNs
+	run := func(clock bool) (ApplyStats, int64) {
+		cfg := Config{Demand: demandCfg, AttainmentIntervalNs: attW, AttainmentRetentionNs: attRet}
+		if clock {
+			cfg.NowNs, cfg.FutureToleranceNs = func() int64 { return now }, 30e9
+		}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range []Delta{
+			{Router: "a", Epoch: 1, Seq: 1, WidthNs: widthNs, Demand: []DemandBucket{{Kind: buckets.KindArrivals, StartNs: t0, Cells: [][3]int64{{100, 10, 4}}}}},
+			{Router: "skewed", Epoch: 1, Seq: 1, WidthNs: widthNs, AttainmentWidthNs: attW,
+				Demand:     []DemandBucket{{Kind: buckets.KindArrivals, StartNs: now + 600e9, Cells: [][3]int64{{100, 10, 3}}}},
+				Attainment: []AttainmentBucket{{StartNs: now + 600e9}}},
+			{Router: "b", Epoch: 1, Seq: 1, WidthNs: widthNs, Demand: []DemandBucket{{Kind: buckets.KindArrivals, StartNs: t0 + widthNs, Cells: [][3]int64{{100, 10, 2}}}}},
+		} {
+			if err := s.Apply(&d); err != nil {
+				t.Fatalf("delta %d: %v", i, err)
+			}
+		}
+		_, w := s.History(buckets.KindArrivals).Window(now-windowNs, now, nil)
+		return s.Stats(), w.Count()
+	}
+	st, n := run(true)
+	if n != 6 || st.Ahead != 2 || st.Applied != 2 || st.Stale != 0 {
+		t.Fatalf("with the leader's clock: %d arrivals at now, stats %+v; want 6 (a's 4 and b's 2), 2 ahead, 2 applied", n, st)
+	}
+	st, n = run(false)
+	if n != 0 || st.Stale == 0 {
+		t.Fatalf("without a clock: %d arrivals at now, stats %+v; want 0 and b stale (the failure the clock prevents)", n, st)
+	}
+	if _, err := New(Config{Demand: demandCfg, FutureToleranceNs: -1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("negative tolerance: %v; want ErrInvalidConfig", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -23,6 +24,13 @@ type Config struct {
 	// (four demand windows); 0 and 0 disable attainment merging.
 	AttainmentIntervalNs  int64 `json:"attainment_interval_ns" yaml:"attainment_interval_ns"`
 	AttainmentRetentionNs int64 `json:"attainment_retention_ns" yaml:"attainment_retention_ns"`
+	// NowNs is the leader's clock and FutureToleranceNs how far after it
+	// a bucket may start (the service passes events.max_future_s): a
+	// bucket starting later is refused (Ahead), so one router whose clock
+	// runs ahead cannot move the merged newest bucket and leave every
+	// other router's buckets stale. Nil: no bound but the 24-h one.
+	NowNs             func() int64 `json:"-" yaml:"-"`
+	FutureToleranceNs int64        `json:"future_tolerance_ns" yaml:"future_tolerance_ns"`
 }
 
 type routerKey struct {
@@ -42,11 +50,16 @@ type ApplyStats struct {
 	Stale int64 `json:"stale"`
 	// Far: bucket snapshots more than 24 h past the merged newest bucket.
 	Far int64 `json:"far"`
+	// Ahead: bucket snapshots starting more than FutureToleranceNs after
+	// the leader's clock (a router's clock ahead).
+	Ahead int64 `json:"ahead"`
 }
 
 // Store is the leader's merged view of every router's closed buckets.
 type Store struct {
 	instance string
+	now      func() int64
+	tolNs    int64
 	mu       sync.RWMutex
 	kinds    [buckets.NumKinds]kindState
 	att      attState
@@ -66,7 +79,10 @@ func New(cfg Config) (*Store, error) {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand panics instead)
-	s := &Store{instance: hex.EncodeToString(id[:])}
+	if cfg.FutureToleranceNs < 0 {
+		return nil, fmt.Errorf("%w: future_tolerance_ns %d (want >= 0)", ErrInvalidConfig, cfg.FutureToleranceNs)
+	}
+	s := &Store{instance: hex.EncodeToString(id[:]), now: cfg.NowNs, tolNs: cfg.FutureToleranceNs}
 	windows := [buckets.NumKinds]int64{buckets.ArrivalsWindows, buckets.ResidencyWindows, buckets.OutputsWindows}
 	for k := range s.kinds {
 		s.kinds[k].init(dc.BucketWidthNs, windows[k]*dc.DemandWindowNs)
@@ -86,15 +102,27 @@ func (s *Store) Apply(d *Delta) error {
 		return err
 	}
 	rk := routerKey{d.Router, d.Epoch}
+	lim := int64(math.MaxInt64)
+	if s.now != nil {
+		lim = satAdd(s.now(), s.tolNs)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Deltas++
 	for i := range d.Demand {
 		b := &d.Demand[i]
+		if b.StartNs > lim {
+			s.count(ahead)
+			continue
+		}
 		s.count(s.kinds[b.Kind].apply(rk, d.Seq, b))
 	}
 	if s.att.widthNs > 0 {
 		for i := range d.Attainment {
+			if d.Attainment[i].StartNs > lim {
+				s.count(ahead)
+				continue
+			}
 			s.count(s.att.apply(rk, d.Seq, &d.Attainment[i]))
 		}
 	}
@@ -112,7 +140,16 @@ const (
 	duplicate
 	stale
 	far
+	ahead
 )
+
+// satAdd is a + b for b >= 0, saturating at the largest int64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
 
 func (s *Store) count(o outcome) {
 	switch o {
@@ -124,6 +161,8 @@ func (s *Store) count(o outcome) {
 		s.stats.Stale++
 	case far:
 		s.stats.Far++
+	case ahead:
+		s.stats.Ahead++
 	}
 }
 
