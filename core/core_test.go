@@ -176,9 +176,10 @@ func TestStateShowsLifecycle(t *testing.T) {
 	}
 }
 
-func TestCollectors(t *testing.T) {
-	c := newCore(t)
-	c.Step(t0)
+// metricValues gathers the core's collectors through a pedantic registry:
+// each gauge or counter by its name and its labels ("name,label=value").
+func metricValues(t *testing.T, c *Core) map[string]float64 {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	for _, col := range c.Collectors() {
 		if err := reg.Register(col); err != nil {
@@ -196,10 +197,16 @@ func TestCollectors(t *testing.T) {
 			for _, l := range m.GetLabel() {
 				key += "," + l.GetName() + "=" + l.GetValue()
 			}
-			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			got[key] = v
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
+	return got
+}
+
+func TestCollectors(t *testing.T) {
+	c := newCore(t)
+	c.Step(t0)
+	got := metricValues(t, c)
 	for k, want := range map[string]float64{
 		"narwhal_controller_decisions_total,basis=offered_demand": 1,
 		"narwhal_controller_decisions_total,basis=recovery":       0,

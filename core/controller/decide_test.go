@@ -302,20 +302,7 @@ func TestRestartKeepsCooldownDwellAndRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(cfg, testTiming(), BuiltinProfiles())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Restore(st); err != nil {
-		t.Fatal(err)
-	}
-	// Agents re-report the engines without roles or move times.
-	for _, e := range a.Engines() {
-		e.Role, e.LastMoveNs = RoleNone, 0
-		if err := b.UpsertEngine(e); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := restoredPeer(t, cfg, a, st)
 	ra, rb := a.Roles(), b.Roles()
 	if !equalStrings(ra.Prefill, rb.Prefill) || !equalStrings(ra.Decode, rb.Decode) {
 		t.Fatalf("roles flapped across restart; got %v/%v; want %v/%v", rb.Prefill, rb.Decode, ra.Prefill, ra.Decode)
@@ -332,6 +319,27 @@ func TestRestartKeepsCooldownDwellAndRoles(t *testing.T) {
 	if b.seq <= st.Seq {
 		t.Fatalf("journal sequence restarted: %d after %d", b.seq, st.Seq)
 	}
+}
+
+// restoredPeer is a new controller with cfg restored from st, whose
+// agents re-report a's engines without roles or move times (a restart,
+// or a new leader).
+func restoredPeer(t *testing.T, cfg Config, a *Controller, st PersistedState) *Controller {
+	t.Helper()
+	b, err := New(cfg, testTiming(), BuiltinProfiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range a.Engines() {
+		e.Role, e.LastMoveNs = RoleNone, 0
+		if err := b.UpsertEngine(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
 }
 
 func equalStrings(a, b []string) bool {
@@ -669,20 +677,7 @@ func TestRestoreFromAClockAheadWaitsFromNowNotForTheSkew(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := a.State()
-	b, err := New(cfg, testTiming(), BuiltinProfiles())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Restore(st); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range a.Engines() {
-		e.Role, e.LastMoveNs = RoleNone, 0
-		if err := b.UpsertEngine(e); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := restoredPeer(t, cfg, a, a.State())
 	behind := t0 - 600*sec // b's clock
 	// The saved move and risk event, ten minutes ahead, are read as now:
 	// cooldown counts from 0 s, and consolidation evidence from this step.
