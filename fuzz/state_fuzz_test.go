@@ -2,7 +2,6 @@ package fuzz
 
 import (
 	"errors"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -32,7 +31,7 @@ func FuzzStateFile(f *testing.F) {
 		c, err := core.New(core.DefaultConfig(), core.WithStateFile(path), core.WithClock(func() int64 { return now }),
 			core.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
-			if !errors.Is(err, controller.ErrStateTorn) && !errors.Is(err, controller.ErrInvalidState) && !errors.Is(err, controller.ErrInvalidConfig) && !errors.Is(err, fs.ErrNotExist) {
+			if !errors.Is(err, controller.ErrStateTorn) && !errors.Is(err, controller.ErrInvalidState) {
 				t.Fatalf("start refused with an unexpected error: %v", err)
 			}
 			return

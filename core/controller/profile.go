@@ -150,6 +150,15 @@ func FitPrefill(pts []PrefillPoint) (PrefillFit, error) {
 		return PrefillFit{}, fmt.Errorf("%w: prefill points are degenerate", ErrInvalidProfile)
 	}
 	f.A, f.B, f.C = sol[0], sol[1]/scale, sol[2]/(scale*scale)
+	// Where the fit is used (1 to max_input tokens) a longer prompt must
+	// not cost less: points out of order bend the quadratic down, and a
+	// fit from them priced 16 tokens at 0 s after 1 token at 0.89 s (the
+	// fuzz target FuzzProfileFile). The slope is linear in the length, so
+	// both ends decide.
+	if lo, hi := f.B+2*f.C, f.B+2*f.C*float64(f.MaxInput); lo < 0 || hi < 0 {
+		return PrefillFit{}, fmt.Errorf("%w: prefill points fit a time that falls as the prompt grows (%.3g s at 1 token, %.3g s at %d): check each point's input_tokens and seconds",
+			ErrInvalidProfile, f.Seconds(1), f.Seconds(float64(f.MaxInput)), f.MaxInput)
+	}
 	f.Points = len(pts)
 	var se float64
 	for _, p := range pts {
@@ -190,6 +199,16 @@ func FitDecode(pts []DecodePoint) (DecodeFit, error) {
 		return DecodeFit{}, fmt.Errorf("%w: decode points are degenerate (need variation in batch and context)", ErrInvalidProfile)
 	}
 	f.A, f.PerSeq, f.PerCtxToken = sol[0], sol[1]/bScale, sol[2]/cScale
+	// Likewise a step must not get cheaper with more sequences, each
+	// holding any context the fit covers (0 to max_ctx_per_seq): the
+	// slope along the batch is per_seq + per_ctx_token × that context,
+	// so both ends decide. (A sweep whose context grows with its batch
+	// can fit a slightly negative per_ctx_token, as the shipped example
+	// does; that alone is not refused.)
+	if lo, hi := f.PerSeq, f.PerSeq+f.PerCtxToken*float64(f.MaxCtxPerSeq); lo < 0 || hi < 0 {
+		return DecodeFit{}, fmt.Errorf("%w: decode points fit a step that gets cheaper with more sequences (per_seq %.3g s, per_ctx_token %.3g s, up to %d tokens each): check each point's batch, ctx_tokens and seconds",
+			ErrInvalidProfile, f.PerSeq, f.PerCtxToken, f.MaxCtxPerSeq)
+	}
 	f.Points = len(pts)
 	var se float64
 	for _, p := range pts {

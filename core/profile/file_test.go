@@ -79,6 +79,14 @@ func TestLoadFileErrorsNameFileLineField(t *testing.T) {
   {"model": "m", "gpu": "H100",
    "prefill_points": [{"input_tokens": 512, "seconds": 0.03}, {"input_tokens": 512, "seconds": 0.03}]}
 ]}`, ":3: profiles[0].prefill_points: invalid profile: prefill fit needs >= 3 points"},
+		{"prefill-points-out-of-order", `{"profiles": [
+  {"model": "m", "gpu": "H100",
+   "prefill_points": [{"input_tokens": 512, "seconds": 0.1}, {"input_tokens": 2, "seconds": 0.8}, {"input_tokens": 9, "seconds": 0.2}]}
+]}`, ":3: profiles[0].prefill_points: invalid profile: prefill points fit a time that falls as the prompt grows"},
+		{"decode-cheaper-with-batch", `{"profiles": [
+  {"model": "m", "gpu": "H100",
+   "decode_points": [{"batch": 1, "ctx_tokens": 1024, "seconds": 0.02}, {"batch": 8, "ctx_tokens": 8192, "seconds": 0.01}, {"batch": 64, "ctx_tokens": 1024, "seconds": 0.005}]}
+]}`, ":3: profiles[0].decode_points: invalid profile: decode points fit a step that gets cheaper with more sequences"},
 		{"bad-hf-config", `{"profiles": [
   {"model": "m", "gpu": "H100",
    "hf_config": {"num_hidden_layers": 0, "hidden_size": 4096}}
