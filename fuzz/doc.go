@@ -6,5 +6,9 @@
 //	go test ./fuzz/ -run '^$' -fuzz '^FuzzDemandHistory$' -fuzztime 15s
 //
 // Without -fuzz, `go test ./fuzz/` replays the seed corpora as ordinary
-// tests.
+// tests. The inputs covered: demand history and attainment operation
+// sequences, router event bodies, engine metrics pages, and the files an
+// operator writes or a crash leaves: profile files, state.json,
+// narwhal-core's configuration and the agent's (FuzzAgentConfig builds the
+// agent, so this package needs cgo, as the agent does).
 package fuzz
