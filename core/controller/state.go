@@ -198,8 +198,14 @@ func (st *PersistedState) Validate(nowNs int64) error {
 // (the engine's role and last move time), the cooldown clock and
 // direction, and the pending confirmation. It is how a checkpoint plus
 // the journal records after it give the controller's state.
+//
+// A record Validate could not accept in a state is skipped whole (a
+// sequence past 2^53) or in part (a move without an engine id, with a
+// target other than prefill or decode, or at a negative time): journal
+// records are read back from a disk that may have damaged them, and one
+// damaged record must not stop the controller from starting.
 func (st *PersistedState) Apply(d *Decision) {
-	if d.Seq <= st.Seq {
+	if d.Seq <= st.Seq || d.Seq > maxStateSeq {
 		return
 	}
 	st.Version = stateVersion
@@ -220,6 +226,9 @@ func (st *PersistedState) Apply(d *Decision) {
 		st.Confirm.Dir, st.Confirm.Count = 0, 0
 	}
 	for _, m := range d.Moves {
+		if m.EngineID == "" || (m.To != RolePrefill && m.To != RoleDecode) || m.AtNs < 0 {
+			continue
+		}
 		st.LastMoveNs = max(st.LastMoveNs, m.AtNs)
 		if m.To == RolePrefill {
 			st.LastMoveDir = 1
