@@ -512,10 +512,10 @@ func (c *Core) noteClock(nowNs int64) {
 	}
 	prev := c.behindNs.Swap(behind)
 	switch {
-	case behind > c.windowNs && prev <= c.windowNs:
+	case c.stuck(behind) && !c.stuck(prev):
 		c.log.Error("the clock is behind the recorded demand history by more than the demand window (it stepped back): every record is refused until it catches up; restart the core to record again (roles and move times are kept in its state)",
 			"behind_s", float64(behind)/1e9, "demand_window_s", float64(c.windowNs)/1e9)
-	case behind <= c.windowNs && prev > c.windowNs:
+	case !c.stuck(behind) && c.stuck(prev):
 		c.log.Info("the clock has caught up with the recorded demand history", "behind_s", float64(behind)/1e9)
 	}
 }

@@ -38,7 +38,9 @@ func (c *Core) ClockBehindNs() int64 { return c.behindNs.Load() }
 // by more than the demand window: every record is then refused as older
 // than the history's retention until the clock catches up (a clock that
 // stepped back), and only a fresh core (a restart) records again.
-func (c *Core) Stuck() bool { return c.behindNs.Load() > c.windowNs }
+func (c *Core) Stuck() bool { return c.stuck(c.behindNs.Load()) }
+
+func (c *Core) stuck(behindNs int64) bool { return behindNs > c.windowNs }
 
 // PendingExpired counts pending offers ended by pending_timeout_s.
 func (c *Core) PendingExpired() uint64 { return c.pendingExpired.Load() }

@@ -95,7 +95,7 @@ func (c *Controller) Restore(st PersistedState) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq = max(c.seq, st.Seq)
-	if st.LastMoveNs >= c.lastMoveNs && st.LastMoveDir >= -1 && st.LastMoveDir <= 1 {
+	if st.LastMoveNs >= c.lastMoveNs {
 		c.lastMoveDir = st.LastMoveDir
 	}
 	c.lastMoveNs = max(c.lastMoveNs, st.LastMoveNs)
@@ -105,9 +105,6 @@ func (c *Controller) Restore(st PersistedState) error {
 		c.risks = c.risks[len(c.risks)-riskCap:]
 	}
 	for _, pe := range st.Engines {
-		if pe.Role != RolePrefill && pe.Role != RoleDecode {
-			continue
-		}
 		if i, ok := c.index[pe.ID]; ok {
 			e := &c.engines[i]
 			e.Role, e.LastMoveNs = pe.Role, max(e.LastMoveNs, pe.LastMoveNs)

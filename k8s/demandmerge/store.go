@@ -111,19 +111,11 @@ func (s *Store) Apply(d *Delta) error {
 	s.stats.Deltas++
 	for i := range d.Demand {
 		b := &d.Demand[i]
-		if b.StartNs > lim {
-			s.count(ahead)
-			continue
-		}
-		s.count(s.kinds[b.Kind].apply(rk, d.Seq, b))
+		s.count(s.kinds[b.Kind].apply(rk, d.Seq, b, lim))
 	}
 	if s.att.widthNs > 0 {
 		for i := range d.Attainment {
-			if d.Attainment[i].StartNs > lim {
-				s.count(ahead)
-				continue
-			}
-			s.count(s.att.apply(rk, d.Seq, &d.Attainment[i]))
+			s.count(s.att.apply(rk, d.Seq, &d.Attainment[i], lim))
 		}
 	}
 	for k := range s.kinds {
@@ -193,8 +185,12 @@ func (r *ring) init(widthNs, retentionNs int64) {
 	r.widthNs, r.retentionNs, r.keep = widthNs, retentionNs, retentionNs/widthNs
 }
 
-// admit classifies a bucket epoch before it is stored.
-func (r *ring) admit(e int64) (outcome, bool) {
+// admit classifies a bucket epoch before it is stored; a bucket starting
+// after limNs (the leader's clock plus the tolerance) is ahead.
+func (r *ring) admit(e, limNs int64) (outcome, bool) {
+	if e > limNs/r.widthNs {
+		return ahead, false
+	}
 	if !r.has {
 		return applied, true
 	}
@@ -256,9 +252,9 @@ func (k *kindState) init(widthNs, retentionNs int64) {
 	k.scratch = map[buckets.Shape]int64{}
 }
 
-func (k *kindState) apply(rk routerKey, seq uint64, b *DemandBucket) outcome {
+func (k *kindState) apply(rk routerKey, seq uint64, b *DemandBucket, limNs int64) outcome {
 	e := b.StartNs / k.widthNs
-	if o, ok := k.admit(e); !ok {
+	if o, ok := k.admit(e, limNs); !ok {
 		return o
 	}
 	mb := k.buckets[e]
@@ -370,9 +366,9 @@ func (a *attState) init(widthNs, retentionNs int64) {
 	a.buckets = map[int64]*mergedAtt{}
 }
 
-func (a *attState) apply(rk routerKey, seq uint64, b *AttainmentBucket) outcome {
+func (a *attState) apply(rk routerKey, seq uint64, b *AttainmentBucket, limNs int64) outcome {
 	e := b.StartNs / a.widthNs
-	if o, ok := a.admit(e); !ok {
+	if o, ok := a.admit(e, limNs); !ok {
 		return o
 	}
 	mb := a.buckets[e]
