@@ -7,18 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
-	"github.com/narwhal-io/narwhal/nvml"
 )
 
 func TestCollectLivenessAndHealth(t *testing.T) {
+	needNVMLMock(t)
 	eng, body := fakeEngine(t, "sglang.prom")
 	cfg := Config{Node: "n", StaleAfterS: 1, Engines: []EngineConfig{{
 		ID: "s1", Kind: engine.SGLang, MetricsURL: eng.URL, PID: 4242, Port: 30000, GPUs: []string{"0"},
@@ -125,53 +120,6 @@ engines:
 	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: -1", 1), "engines[0].tp = -1")
 	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: 2000", 1), "engines[0].tp = 2000")
 	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: 4", 1), "engines[0].tp = 4: differs from geometry.tp 1")
-}
-
-// A static engine's tp (or geometry.tp) and GPU kind reach the wire report the core
-// prices by (model, GPU, TP); tp also sets the KV heads per rank of the
-// NVML bound when geometry.tp is unset.
-func TestStaticTPReachesTheReport(t *testing.T) {
-	geo := engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
-	cfg := Config{Node: "n", ScrapeTimeoutS: 0.2, Engines: []EngineConfig{
-		{ID: "tp4", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"0"}, TP: 4, Geometry: geo},
-		{ID: "geo2", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", Geometry: engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2, TP: 2}},
-		{ID: "none", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics"},
-		{ID: "kind", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"1"}, GPUKind: "A100-80GB"},
-	}}
-	cfg.Defaults()
-	// the real NVML name of the part go-nvml's DGX A100 mock imitates
-	mock := dgxa100.New()
-	for _, d := range mock.Devices {
-		dev := d.(*server.Device)
-		dev.Config.Name = "NVIDIA A100-SXM4-40GB"
-		dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
-			return gonvml.Memory{Total: 40 << 30, Used: 38 << 30, Free: 2 << 30}, gonvml.SUCCESS
-		}
-	}
-	a, err := New(cfg, WithNVML(nvml.NewManager(mock, time.Second, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, gpu := map[string]int{}, map[string]string{}
-	var bound int64
-	for _, r := range a.Collect(context.Background(), 1e9).Engines {
-		got[r.ID], gpu[r.ID] = r.TP, r.GPU
-		if r.ID == "tp4" {
-			bound = r.KVCapacityTokens
-		}
-	}
-	if got["tp4"] != 4 || got["geo2"] != 2 || got["none"] != 0 {
-		t.Fatalf("report TP %v; want tp4 4, geo2 2, none 0", got)
-	}
-	// the GPU kind: gpu_kind, else the built-in table's name for NVML's
-	// "NVIDIA A100-SXM4-40GB" (which the core's prior resolves), else none
-	if gpu["tp4"] != "A100-SXM-40GB" || gpu["kind"] != "A100-80GB" || gpu["none"] != "" {
-		t.Fatalf("report GPU %v; want tp4 A100-SXM-40GB (from NVML), kind A100-80GB, none empty", gpu)
-	}
-	// no scrape, no utilization: 40 GiB / (2·32·(8/4)·128·2 = 32,768 B per token per rank)
-	if want := int64(40<<30) / 32768; bound != want {
-		t.Fatalf("tp4 NVML bound %d tokens; want %d (KV heads split over 4 ranks)", bound, want)
-	}
 }
 
 // fakeWatcher records registrations.

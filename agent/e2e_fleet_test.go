@@ -14,13 +14,9 @@ import (
 	"testing"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/fleet"
 	"github.com/narwhal-io/narwhal/core/wire"
-	"github.com/narwhal-io/narwhal/nvml"
 
 	"github.com/narwhal-io/narwhal/agent/engine"
 )
@@ -55,18 +51,6 @@ func (s *tableSink) get(id string) (controller.Engine, bool) {
 	defer s.mu.Unlock()
 	e, ok := s.engines[id]
 	return e, ok
-}
-
-// mockA100 is an 8×A100-40GB node whose memory answers through v1 only.
-func mockA100() *nvml.Manager {
-	s := dgxa100.New()
-	for _, d := range s.Devices {
-		dev := d.(*server.Device)
-		dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
-			return gonvml.Memory{Total: 40 << 30, Used: 38 << 30, Free: 2 << 30}, gonvml.SUCCESS
-		}
-	}
-	return nvml.NewManager(s, time.Second, nil)
 }
 
 // fakeEngine serves a vLLM metrics body that the test can swap.
@@ -120,6 +104,7 @@ func testConfig(t *testing.T, coreURL, engineURL string) Config {
 // after the staleness; a new epoch is accepted; a replayed old sequence is
 // not.
 func TestEndToEndFleet(t *testing.T) {
+	needNVMLMock(t)
 	const staleNs = int64(2e9)
 	sink := &tableSink{engines: map[string]controller.Engine{}}
 	reg := fleet.NewRegistry(sink, staleNs, nil)

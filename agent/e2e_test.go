@@ -90,6 +90,7 @@ func serveCore(t *testing.T, c *core.Core, now func() int64, mod func(*service.C
 // service's own sweep passes the staleness; a restarted agent (new epoch)
 // is accepted.
 func TestEndToEndCore(t *testing.T) {
+	needNVMLMock(t)
 	var coreNow atomic.Int64
 	coreNow.Store(time.Now().UnixNano())
 	srv, base := startCore(t, coreNow.Load, func(cfg *service.Config) {

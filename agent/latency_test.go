@@ -10,15 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/core/wire"
-	"github.com/narwhal-io/narwhal/nvml"
 )
 
 // earlier rewrites a real page's latency counters to what an earlier
@@ -110,56 +104,5 @@ func TestSnapshotCarriesLatencyInterval(t *testing.T) {
 	}
 	if e := a.Collect(ctx, 20e9).Engines[0]; e.Latency != nil && e.Latency.PrefillCount != 0 {
 		t.Errorf("unchanged counters reported prefills again: %+v", e.Latency)
-	}
-}
-
-// The latency interval carries the engine's busy seconds from its GPUs'
-// NVML utilization (the mean over its GPUs, sampled at the collection,
-// times the interval); with a GPU whose utilization NVML cannot read, or
-// an engine that names no GPU, busy_s is absent (unknown, not zero).
-func TestLatencyIntervalCarriesGPUBusySeconds(t *testing.T) {
-	real, eng, body := earlierRealPage(t)
-	mock := dgxa100.New()
-	for i, d := range mock.Devices {
-		dev := d.(*server.Device)
-		dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
-			return gonvml.Memory{Total: 40 << 30, Used: 38 << 30, Free: 2 << 30}, gonvml.SUCCESS
-		}
-		util, ret := uint32([]int{40, 60, 90, 0, 0, 0, 0, 0}[i]), gonvml.SUCCESS
-		if i == 3 {
-			ret = gonvml.ERROR_NOT_SUPPORTED
-		}
-		dev.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) { return gonvml.Utilization{Gpu: util}, ret }
-	}
-	cfg := Config{Node: "n", StaleAfterS: 5, Engines: []EngineConfig{
-		{ID: "two", Kind: engine.VLLM, MetricsURL: eng.URL, GPUs: []string{"0", "1"}},
-		{ID: "one", Kind: engine.VLLM, MetricsURL: eng.URL, GPUs: []string{"2"}},
-		{ID: "unread", Kind: engine.VLLM, MetricsURL: eng.URL, GPUs: []string{"2", "3"}},
-		{ID: "nogpu", Kind: engine.VLLM, MetricsURL: eng.URL},
-	}}
-	a, err := New(cfg, WithNVML(nvml.NewManager(mock, time.Second, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	a.Collect(ctx, 10e9)
-	body.Store(real)
-	got := map[string]*float64{}
-	for _, e := range a.Collect(ctx, 14e9).Engines {
-		if e.Latency == nil {
-			t.Fatalf("%s: no latency interval", e.ID)
-		}
-		got[e.ID] = e.Latency.BusyS
-	}
-	// two: (0.4 + 0.6) / 2 × 4 s; one: 0.9 × 4 s
-	for id, want := range map[string]float64{"two": 2, "one": 3.6} {
-		if got[id] == nil || math.Abs(*got[id]-want) > 1e-9 {
-			t.Errorf("%s busy_s %v; want %v", id, got[id], want)
-		}
-	}
-	for _, id := range []string{"unread", "nogpu"} {
-		if got[id] != nil {
-			t.Errorf("%s busy_s %v; want absent", id, *got[id])
-		}
 	}
 }

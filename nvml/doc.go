@@ -30,6 +30,14 @@
 // Allocation: reads allocate the returned slices; they run once per
 // snapshot interval, not on a hot path.
 //
-// This package uses cgo through go-nvml; it must never be imported from
-// core/ (which builds with CGO_ENABLED=0).
+// Builds without cgo: go-nvml loads libnvidia-ml.so.1 through cgo, and
+// the go command builds with CGO_ENABLED=0 on a machine with no C
+// compiler. Such a build (nocgo.go) compiles the same API whose Client
+// fails Init with ErrBuiltWithoutCgo, so the Manager stays degraded and
+// says why: the agent and its tests build and run with only Go installed,
+// and a node agent built that way reports engines without the GPU memory
+// cross-check. Release images build with cgo.
+//
+// This package must never be imported from core/ (which builds with
+// CGO_ENABLED=0).
 package nvml

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Retry backoff of the degraded mode.
@@ -39,7 +37,7 @@ type Manager struct {
 }
 
 // NewManager returns a manager over lib (Library() for the real one).
-func NewManager(lib gonvml.Interface, timeout time.Duration, logger *slog.Logger) *Manager {
+func NewManager(lib Interface, timeout time.Duration, logger *slog.Logger) *Manager {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
