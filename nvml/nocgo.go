@@ -4,7 +4,6 @@ package nvml
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -18,8 +17,8 @@ type Interface interface{ withoutCgo() }
 // Library returns nil: a build without cgo has no NVML library to load.
 func Library() Interface { return nil }
 
-// Client, built without cgo, fails Init with ErrBuiltWithoutCgo (wrapping
-// ErrLibraryNotFound), so a Manager over it stays in its degraded mode.
+// Client, built without cgo, fails Init with ErrBuiltWithoutCgo, so a
+// Manager over it stays in its degraded mode.
 type Client struct {
 	inited atomic.Bool
 }
@@ -29,7 +28,7 @@ func NewClient(Interface, time.Duration, *slog.Logger) *Client { return &Client{
 
 // Init always fails: this binary was built without cgo.
 func (c *Client) Init(context.Context) error {
-	return fmt.Errorf("%w: %w", ErrBuiltWithoutCgo, ErrLibraryNotFound)
+	return ErrBuiltWithoutCgo
 }
 
 // Shutdown does nothing.
