@@ -43,8 +43,12 @@ func TestClockSteppedBackPastTheHistoryIsReportedAsStuck(t *testing.T) {
 	if err := c.OfferSized(now, 100, 10); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("a record an hour behind the history: %v; want refused", err)
 	}
-	if got, ok := metricValues(t, c)["narwhal_core_clock_behind_history_seconds"]; !ok || got < 3599 || got > 3600 {
+	m := metricValues(t, c)
+	if got, ok := m["narwhal_core_clock_behind_history_seconds"]; !ok || got < 3599 || got > 3600 {
 		t.Fatalf("gauge %v; want 3599-3600", got)
+	}
+	if got, ok := m["narwhal_core_clock_stuck"]; !ok || got != 1 {
+		t.Fatalf("narwhal_core_clock_stuck %v (present %v); want 1", got, ok)
 	}
 
 	// Caught up: records again, not stuck.
@@ -53,5 +57,8 @@ func TestClockSteppedBackPastTheHistoryIsReportedAsStuck(t *testing.T) {
 	c.Step(now)
 	if c.Stuck() || c.ClockBehindNs() != 0 {
 		t.Fatalf("caught up: stuck %v, behind %d; want neither", c.Stuck(), c.ClockBehindNs())
+	}
+	if got := metricValues(t, c)["narwhal_core_clock_stuck"]; got != 0 {
+		t.Fatalf("caught up: narwhal_core_clock_stuck %v; want 0", got)
 	}
 }

@@ -82,7 +82,9 @@
 // every record is refused until the clock catches up; each Step keeps how
 // far the newest arrivals bucket lies after it (ClockBehindNs,
 // narwhal_core_clock_behind_history_seconds), and Stuck reports it past
-// the demand window, logged once as an error. The core does not rewrite
+// the demand window (narwhal_core_clock_stuck, which the
+// NarwhalClockBehindHistory alert reads, so the alert needs no copy of
+// the window), logged once as an error. The core does not rewrite
 // its histories' timeline itself (the Kubernetes demand store merges
 // every router's histories by their timestamps, which a private offset
 // would shift): a restart records at once, the controller's roles and

@@ -9,6 +9,8 @@ var (
 		"Pending offers ended by pending_timeout_s and counted as unsized observations.", nil, nil)
 	descClockBehind = prometheus.NewDesc("narwhal_core_clock_behind_history_seconds",
 		"How far the newest recorded demand bucket lies after the latest step (0 normally); past the demand window every record is refused until the clock catches up.", nil, nil)
+	descClockStuck = prometheus.NewDesc("narwhal_core_clock_stuck",
+		"1 while the clock is behind the recorded demand history by more than the demand window (Stuck: every record refused, /healthz failing), else 0.", nil, nil)
 )
 
 // coreCollector exports the core's own counters at scrape time.
@@ -18,12 +20,19 @@ func (cc *coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAheadRefused
 	ch <- descPendingExpired
 	ch <- descClockBehind
+	ch <- descClockStuck
 }
 
 func (cc *coreCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAheadRefused, prometheus.CounterValue, float64(cc.c.aheadRefused.Load()))
 	ch <- prometheus.MustNewConstMetric(descPendingExpired, prometheus.CounterValue, float64(cc.c.pendingExpired.Load()))
-	ch <- prometheus.MustNewConstMetric(descClockBehind, prometheus.GaugeValue, float64(cc.c.behindNs.Load())/1e9)
+	behind := cc.c.behindNs.Load()
+	ch <- prometheus.MustNewConstMetric(descClockBehind, prometheus.GaugeValue, float64(behind)/1e9)
+	stuck := 0.0
+	if cc.c.stuck(behind) {
+		stuck = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descClockStuck, prometheus.GaugeValue, stuck)
 }
 
 // AheadRefused counts records refused with ErrAheadOfClock.
