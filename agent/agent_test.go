@@ -13,13 +13,12 @@ import (
 )
 
 func TestCollectLivenessAndHealth(t *testing.T) {
-	needNVMLMock(t)
 	eng, body := fakeEngine(t, "sglang.prom")
 	cfg := Config{Node: "n", StaleAfterS: 1, Engines: []EngineConfig{{
 		ID: "s1", Kind: engine.SGLang, MetricsURL: eng.URL, PID: 4242, Port: 30000, GPUs: []string{"0"},
 		Geometry: engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2},
 	}}}
-	a, err := New(cfg, WithNVML(mockA100()))
+	a, err := New(cfg, WithNVML(mockA100(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,6 @@ func testConfig(t *testing.T, coreURL, engineURL string) Config {
 // after the staleness; a new epoch is accepted; a replayed old sequence is
 // not.
 func TestEndToEndFleet(t *testing.T) {
-	needNVMLMock(t)
 	const staleNs = int64(2e9)
 	sink := &tableSink{engines: map[string]controller.Engine{}}
 	reg := fleet.NewRegistry(sink, staleNs, nil)
@@ -138,7 +137,7 @@ func TestEndToEndFleet(t *testing.T) {
 	defer tap.Close()
 
 	cfg := testConfig(t, tap.URL, eng.URL)
-	a1, err := New(cfg, WithNVML(mockA100()), WithEpoch(100))
+	a1, err := New(cfg, WithNVML(mockA100(t)), WithEpoch(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +189,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="5691",gpu_memory_utilizat
 	// a restarted agent (new epoch) is accepted and the engine is live again
 	coreNow.Add(10e9)
 	cfg2 := testConfig(t, core.URL, eng.URL)
-	a2, err := New(cfg2, WithNVML(mockA100()), WithEpoch(101))
+	a2, err := New(cfg2, WithNVML(mockA100(t)), WithEpoch(101))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,6 @@ func serveCore(t *testing.T, c *core.Core, now func() int64, mod func(*service.C
 // service's own sweep passes the staleness; a restarted agent (new epoch)
 // is accepted.
 func TestEndToEndCore(t *testing.T) {
-	needNVMLMock(t)
 	var coreNow atomic.Int64
 	coreNow.Store(time.Now().UnixNano())
 	srv, base := startCore(t, coreNow.Load, func(cfg *service.Config) {
@@ -100,7 +99,7 @@ func TestEndToEndCore(t *testing.T) {
 
 	eng, _ := fakeEngine(t, "vllm_new.prom")
 	acfg := testConfig(t, base+"/v1/agent/reports", eng.URL)
-	a1, err := New(acfg, WithNVML(mockA100()), WithEpoch(100))
+	a1, err := New(acfg, WithNVML(mockA100(t)), WithEpoch(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func TestEndToEndCore(t *testing.T) {
 	waitFor(t, "e1 not live after staleness", func() bool { return !getState(t, base)["e1"].Live })
 
 	// restarted agent, new epoch: accepted, live again
-	a2, err := New(acfg, WithNVML(mockA100()), WithEpoch(101))
+	a2, err := New(acfg, WithNVML(mockA100(t)), WithEpoch(101))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,12 @@ import (
 )
 
 // The tests and helpers here read go-nvml's mock devices, which go-nvml
-// builds only with cgo; a build without a C compiler leaves this file out
-// and the tests that need a mock node skip (needNVMLMock).
-
-// needNVMLMock: go-nvml's mocks are built (cgo).
-func needNVMLMock(*testing.T) {}
+// builds only with cgo; a build without a C compiler leaves this file out,
+// and mockA100 (nvmlmock_nocgo_test.go) skips the tests that need it.
 
 // mockA100 is an 8×A100-40GB node whose memory answers through v1 only.
-func mockA100() *nvml.Manager {
+func mockA100(t *testing.T) *nvml.Manager {
+	t.Helper()
 	s := dgxa100.New()
 	for _, d := range s.Devices {
 		dev := d.(*server.Device)
