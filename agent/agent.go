@@ -100,6 +100,7 @@ type Agent struct {
 	kvDisagr  *prometheus.GaugeVec
 	backlogS  *prometheus.GaugeVec
 	priced    *prometheus.GaugeVec
+	refused   prometheus.Counter
 }
 
 // New builds an agent from a validated configuration.
@@ -200,11 +201,20 @@ func (a *Agent) initMetrics() {
 		Name: "narwhal_agent_engine_prefill_backlog_priced",
 		Help: "1 when the engine's prefill backlog is priced from its prefill histogram (recent or lifetime), 0 when it has timed no prefill and the backlog is reported as 0.",
 	}, []string{"engine"})
+	a.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "narwhal_agent_http_connections_refused_total",
+		Help: "Connections to the agent's /metrics and /healthz listener answered 503 and closed because -max-connections were open.",
+	})
 }
+
+// HTTPRefused counts the connections the agent's HTTP listener (/metrics,
+// /healthz) refused at its connection limit (cmd/narwhal-agent's
+// -max-connections).
+func (a *Agent) HTTPRefused() prometheus.Counter { return a.refused }
 
 // Collectors returns the agent's metrics (narwhal_agent_*).
 func (a *Agent) Collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.kvTokens, a.kvCap, a.kvDisagr, a.backlogS, a.priced}
+	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.kvTokens, a.kvCap, a.kvDisagr, a.backlogS, a.priced, a.refused}
 	if a.stream != nil {
 		cs = append(cs, a.stream.Collectors()...)
 	}

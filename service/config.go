@@ -32,7 +32,7 @@ import (
 type Config struct {
 	// Listen is the API listener, host:port.
 	Listen string `yaml:"listen" json:"listen"`
-	// AdminListen is the pprof listener; empty (the default) disables it.
+	// AdminListen is the pprof listener; empty (the default) disables it. It holds at most 16 connections, reads request bodies up to 64 KiB, and serves profiles and traces of at most 60 s.
 	AdminListen string `yaml:"admin_listen" json:"admin_listen"`
 	// DataDir holds the decision journal (journal.jsonl) and the
 	// controller state (state.json); empty keeps both in memory only.

@@ -3,9 +3,8 @@ package service
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -13,57 +12,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// capListener caps open connections: one accepted beyond the cap gets a
-// plain "503 Service Unavailable" and is closed at once (a client sees a
-// quick refusal, never a hang in the accept backlog), so idle keep-alive
-// connections cannot exhaust the process's file descriptors and the
-// journal and state checkpoint keep theirs.
-type capListener struct {
-	net.Listener
-	max     int64
-	open    atomic.Int64
-	refused prometheus.Counter
-	log     *slog.Logger
-	logged  atomic.Int64 // unix s of the last "cap reached" log
-}
+// The admin (pprof) listener's limits: see New.
+const (
+	adminMaxConnections = 16
+	adminMaxBodyBytes   = 64 << 10
+	adminWriteTimeout   = 30 * time.Second
+	adminMaxSeconds     = 60
+)
 
-var capReply = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 74\r\n\r\n" +
-	`{"error":"connection limit reached (http.max_connections); retry shortly"}`)
-
-func newCapListener(ln net.Listener, max int64, refused prometheus.Counter, log *slog.Logger) *capListener {
-	return &capListener{Listener: ln, max: max, refused: refused, log: log}
-}
-
-func (l *capListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			l.refused.Inc()
-			if now := time.Now().Unix(); l.logged.Swap(now) != now {
-				l.log.Warn("connection refused: http.max_connections reached", "max", l.max)
+// maxProfileSeconds answers 400 to a pprof request whose seconds
+// parameter (CPU profile, trace, delta profiles) exceeds adminMaxSeconds:
+// pprof itself runs as long as it is asked, holding a connection and
+// the profiler.
+func maxProfileSeconds(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			if sec, err := strconv.ParseFloat(v, 64); err != nil || !(sec <= adminMaxSeconds) {
+				http.Error(w, fmt.Sprintf("seconds=%q: want a number of seconds up to %d on the admin listener", v, adminMaxSeconds), http.StatusBadRequest)
+				return
 			}
-			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.Write(capReply)
-			_ = c.Close()
-			continue
 		}
-		return &capConn{Conn: c, l: l}, nil
-	}
-}
-
-type capConn struct {
-	net.Conn
-	l    *capListener
-	once sync.Once
-}
-
-func (c *capConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
-	return c.Conn.Close()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // effectiveMaxConnections lowers the configured cap so that at least

@@ -11,7 +11,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -254,4 +256,106 @@ func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
 			t.Fatalf("scheme %q: %d %s; want 200", scheme, rec.Code, rec.Body.String())
 		}
 	}
+}
+
+// The admin (pprof) listener has limits of its own: request bodies up to
+// 64 KiB (pprof's symbol lookup reads a POST body of addresses and echoes
+// every one it resolves), a write timeout (a profile longer than it is
+// refused at once, not started), and at most 16 open connections.
+func TestAdminListenerLimits(t *testing.T) {
+	cfg := testConfig()
+	cfg.AdminListen = "127.0.0.1:0"
+	s, _, _ := serveDurable(t, cfg)
+	admin := "http://" + s.AdminAddr().String()
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+	// A body past 64 KiB is cut off: pprof reports the read error and
+	// resolves nothing past the limit.
+	pc := fmt.Sprintf("%#x+", reflectPC())
+	big := strings.Repeat(pc, (1<<20)/len(pc))
+	resp, err := cl.Post(admin+"/debug/pprof/symbol", "text/plain", strings.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "request body too large") {
+		t.Fatalf("1 MiB symbol body: got %d, %d bytes without the limit's error; want the body cut at 64 KiB", resp.StatusCode, len(b))
+	}
+	if n := strings.Count(string(b), "\n"); n > (64<<10)/len(pc)+2 {
+		t.Fatalf("symbol lookup answered %d lines; want at most what 64 KiB holds (%d)", n, (64<<10)/len(pc))
+	}
+	// A small body still resolves.
+	resp, err = cl.Post(admin+"/debug/pprof/symbol", "text/plain", strings.NewReader(pc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "reflectPC") {
+		t.Fatalf("symbol lookup of one address: %q; want reflectPC resolved", b)
+	}
+
+	// A profile or trace past 60 s is refused, not run (pprof would hold
+	// the connection and the profiler as long as asked); one within runs.
+	for _, path := range []string{"/debug/pprof/profile?seconds=120", "/debug/pprof/trace?seconds=1e9", "/debug/pprof/heap?seconds=NaN"} {
+		start := time.Now()
+		resp, err = cl.Get(admin + path)
+		if err != nil {
+			t.Fatalf("%s: %v (want a quick 400)", path, err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "up to 60") || time.Since(start) > 5*time.Second {
+			t.Fatalf("%s: %d %q after %v; want 400 naming the 60-s limit at once", path, resp.StatusCode, b, time.Since(start))
+		}
+	}
+	resp, err = cl.Get(admin + "/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(b) == 0 {
+		t.Fatalf("1-s CPU profile: %d, %d bytes; want 200 with a profile", resp.StatusCode, len(b))
+	}
+
+	// Connections past 16 are refused with a 503: of 17 opened at once,
+	// at least one is (more while an earlier request's connection is
+	// still closing), and none is left waiting past the deadline.
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 17 {
+		c, err := net.Dial("tcp", s.AdminAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var refusedN atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			if line, _ := bufio.NewReader(c).ReadString('\n'); strings.Contains(line, "503") {
+				refusedN.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if refusedN.Load() == 0 {
+		t.Fatal("17 admin connections open: none refused; want a 503 past 16")
+	}
+}
+
+//go:noinline
+func reflectPC() uintptr {
+	pc, _, _, _ := runtime.Caller(0)
+	return pc
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/narwhal-io/narwhal/core/fleet"
+	"github.com/narwhal-io/narwhal/internal/netcap"
 	"github.com/narwhal-io/narwhal/service/ui"
 )
 
@@ -185,7 +186,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 			return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
 		}
 	}
-	s.apiLn = newCapListener(s.apiLn, effectiveMaxConnections(cfg.HTTP.MaxConnections, logger), s.connRefused, logger)
+	s.apiLn = netcap.New(s.apiLn, effectiveMaxConnections(cfg.HTTP.MaxConnections, logger), "http.max_connections", s.connRefused, logger)
 	if cfg.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
@@ -201,11 +202,25 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: secs(cfg.HTTP.ReadHeaderTimeoutS), IdleTimeout: secs(cfg.HTTP.IdleTimeoutS)}
-		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		// The admin listener is for an operator's pprof session: a few
+		// connections, small bodies (pprof's symbol lookup reads a POST
+		// body of addresses), profiles and traces of at most a minute
+		// (pprof extends its write deadline by the seconds asked for).
+		s.admin = &http.Server{
+			Handler:           http.MaxBytesHandler(maxProfileSeconds(mux), adminMaxBodyBytes),
+			ReadHeaderTimeout: secs(cfg.HTTP.ReadHeaderTimeoutS),
+			ReadTimeout:       secs(cfg.HTTP.ReadTimeoutS),
+			WriteTimeout:      adminWriteTimeout,
+			IdleTimeout:       secs(cfg.HTTP.IdleTimeoutS),
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		ln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
 			s.apiLn.Close()
 			return nil, fmt.Errorf("service: listen admin %s: %w", cfg.AdminListen, err)
 		}
+		s.adminLn = netcap.New(ln, adminMaxConnections, "admin_listen's connection limit", nil, logger)
 	}
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,6 +19,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent"
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
+	"github.com/narwhal-io/narwhal/internal/netcap"
 	"github.com/narwhal-io/narwhal/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -45,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 const agentUsage = `narwhal-agent: the per-node agent (NVML, engine metrics, liveness) streaming to narwhal-core.
 
 Usage:
-  narwhal-agent [run] [-config FILE] [-listen ADDR] [-log-level LEVEL]
+  narwhal-agent [run] [-config FILE] [-listen ADDR] [-max-connections N] [-log-level LEVEL]
       run the agent (the default command)
   narwhal-agent scrape -kind vllm|sglang (-url URL | -file FILE) [-json] [geometry flags]
       read one engine's metrics once and print what the agent sees
@@ -192,11 +194,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	cfgPath := fs.String("config", "/etc/narwhal/agent.yaml", "configuration file (YAML)")
 	listen := fs.String("listen", ":9400", "address for /healthz and /metrics")
+	maxConns := fs.Int64("max-connections", 64, "connections the /healthz and /metrics listener holds open; more are answered 503 and closed")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if *maxConns < 1 {
+		fmt.Fprintf(stderr, "narwhal-agent: -max-connections %d: must be at least 1\n", *maxConns)
 		return 2
 	}
 	var lv slog.Level
@@ -260,10 +267,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		_ = json.NewEncoder(w).Encode(h)
 	})
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	srv := &http.Server{Handler: http.MaxBytesHandler(mux, 64<<10), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("http listener", "listen", *listen, "err", err)
+		return 1
+	}
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(netcap.New(ln, *maxConns, "-max-connections", a.HTTPRefused(), log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server failed", "err", err)
 			stop()
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -94,5 +96,98 @@ engines:
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// The /healthz and /metrics listener holds at most -max-connections open:
+// one more is answered 503 at once and counted; -max-connections 0 is
+// refused before anything starts.
+func TestServeCapsConnections(t *testing.T) {
+	var errs bytes.Buffer
+	if code := run(context.Background(), []string{"run", "-config", "/nonexistent", "-max-connections", "0"}, io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "-max-connections 0: must be at least 1") {
+		t.Fatalf("-max-connections 0: exit %d, %q; want 2 and the reason", code, errs.String())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: none\nengines:\n  - id: e1\n    kind: vllm\n    metrics_url: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var logs syncBuf
+	go func() {
+		done <- run(ctx, []string{"run", "-config", cfg, "-listen", addr, "-max-connections", "2"}, io.Discard, &logs)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c, _ := get("http://" + addr + "/metrics"); c == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not serve /metrics; logs:\n%s", logs.b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	http.DefaultClient.CloseIdleConnections() // the probe's keep-alive
+	// Of three connections opened at once, at least one is refused (more
+	// while the probe's is still closing), each answered 503 at once.
+	var conns []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			if line, _ := bufio.NewReader(c).ReadString('\n'); strings.Contains(line, "503") {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if refused.Load() == 0 {
+		t.Fatal("three connections with -max-connections 2: none refused; want a 503")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// Until the server has seen the held connections close, a probe may
+	// itself be refused (and counted): count those too.
+	want := int(refused.Load())
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		code, m := get("http://" + addr + "/metrics")
+		if code == 503 {
+			want++
+		}
+		if code == 200 {
+			if line := fmt.Sprintf("narwhal_agent_http_connections_refused_total %d\n", want); !strings.Contains(m, line) {
+				i := strings.LastIndex(m, "narwhal_agent_http_connections_refused_total")
+				t.Fatalf("refusals: %.50q; want %q", m[max(i, 0):], line)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no /metrics after the held connections closed: %d", code)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
