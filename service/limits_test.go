@@ -13,13 +13,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/netcap/netcaptest"
 )
 
 // serveDurable runs a Server over a DurableCore in a temp data dir.
@@ -322,34 +322,8 @@ func TestAdminListenerLimits(t *testing.T) {
 
 	// Connections past 16 are refused with a 503: of 17 opened at once,
 	// at least one is (more while an earlier request's connection is
-	// still closing), and none is left waiting past the deadline.
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range 17 {
-		c, err := net.Dial("tcp", s.AdminAddr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	var refusedN atomic.Int64
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.SetReadDeadline(time.Now().Add(time.Second))
-			if line, _ := bufio.NewReader(c).ReadString('\n'); strings.Contains(line, "503") {
-				refusedN.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if refusedN.Load() == 0 {
+	// still closing).
+	if netcaptest.Refusals(t, s.AdminAddr().String(), 17, time.Second) == 0 {
 		t.Fatal("17 admin connections open: none refused; want a 503 past 16")
 	}
 }

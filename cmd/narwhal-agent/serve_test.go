@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -13,9 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/netcap/netcaptest"
 )
 
 type syncBuf struct {
@@ -24,6 +24,17 @@ type syncBuf struct {
 }
 
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
 
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
@@ -44,12 +55,7 @@ func TestServeHealthReflectsFreshness(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) }))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	conf := fmt.Sprintf(`node: t1
 scrape_interval_s: 0.02
@@ -107,12 +113,7 @@ func TestServeCapsConnections(t *testing.T) {
 	if code := run(context.Background(), []string{"run", "-config", "/nonexistent", "-max-connections", "0"}, io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "-max-connections 0: must be at least 1") {
 		t.Fatalf("-max-connections 0: exit %d, %q; want 2 and the reason", code, errs.String())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: none\nengines:\n  - id: e1\n    kind: vllm\n    metrics_url: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -135,6 +136,7 @@ func TestServeCapsConnections(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			logs.mu.Lock()
 			t.Fatalf("agent did not serve /metrics; logs:\n%s", logs.b.String())
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -142,36 +144,13 @@ func TestServeCapsConnections(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections() // the probe's keep-alive
 	// Of three connections opened at once, at least one is refused (more
 	// while the probe's is still closing), each answered 503 at once.
-	var conns []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	var refused atomic.Int64
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.SetReadDeadline(time.Now().Add(time.Second))
-			if line, _ := bufio.NewReader(c).ReadString('\n'); strings.Contains(line, "503") {
-				refused.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if refused.Load() == 0 {
+	refused := netcaptest.Refusals(t, addr, 3, time.Second)
+	if refused == 0 {
 		t.Fatal("three connections with -max-connections 2: none refused; want a 503")
-	}
-	for _, c := range conns {
-		c.Close()
 	}
 	// Until the server has seen the held connections close, a probe may
 	// itself be refused (and counted): count those too.
-	want := int(refused.Load())
+	want := refused
 	deadline = time.Now().Add(5 * time.Second)
 	for {
 		code, m := get("http://" + addr + "/metrics")
