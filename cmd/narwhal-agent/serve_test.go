@@ -118,6 +118,17 @@ func TestServeCapsConnections(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: none\nengines:\n  - id: e1\n    kind: vllm\n    metrics_url: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A listen address already taken fails the start (exit 1), naming it.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var busy syncBuf
+	code := run(context.Background(), []string{"run", "-config", cfg, "-listen", taken.Addr().String()}, io.Discard, &busy)
+	taken.Close()
+	if code != 1 || !strings.Contains(busy.b.String(), "address already in use") {
+		t.Fatalf("listen address taken: exit %d, logs %q; want 1 and the bind error", code, busy.b.String())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var logs syncBuf
