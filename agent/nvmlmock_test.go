@@ -20,17 +20,26 @@ import (
 // builds only with cgo; a build without a C compiler leaves this file out,
 // and mockA100 (nvmlmock_nocgo_test.go) skips the tests that need it.
 
-// mockA100 is an 8×A100-40GB node whose memory answers through v1 only.
-func mockA100(t *testing.T) *nvml.Manager {
-	t.Helper()
+// mockNode is go-nvml's 8×A100-40GB node whose memory answers through v1
+// only; each device (by index) is then handed to tweak, when not nil.
+func mockNode(tweak func(i int, dev *server.Device)) *nvml.Manager {
 	s := dgxa100.New()
-	for _, d := range s.Devices {
+	for i, d := range s.Devices {
 		dev := d.(*server.Device)
 		dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
 			return gonvml.Memory{Total: 40 << 30, Used: 38 << 30, Free: 2 << 30}, gonvml.SUCCESS
 		}
+		if tweak != nil {
+			tweak(i, dev)
+		}
 	}
 	return nvml.NewManager(s, time.Second, nil)
+}
+
+// mockA100 is mockNode as it comes.
+func mockA100(t *testing.T) *nvml.Manager {
+	t.Helper()
+	return mockNode(nil)
 }
 
 // A static engine's tp (or geometry.tp) and GPU kind reach the wire report the core
@@ -46,15 +55,8 @@ func TestStaticTPReachesTheReport(t *testing.T) {
 	}}
 	cfg.Defaults()
 	// the real NVML name of the part go-nvml's DGX A100 mock imitates
-	mock := dgxa100.New()
-	for _, d := range mock.Devices {
-		dev := d.(*server.Device)
-		dev.Config.Name = "NVIDIA A100-SXM4-40GB"
-		dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
-			return gonvml.Memory{Total: 40 << 30, Used: 38 << 30, Free: 2 << 30}, gonvml.SUCCESS
-		}
-	}
-	a, err := New(cfg, WithNVML(nvml.NewManager(mock, time.Second, nil)))
+	mock := mockNode(func(_ int, dev *server.Device) { dev.Config.Name = "NVIDIA A100-SXM4-40GB" })
+	a, err := New(cfg, WithNVML(mock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,25 +88,20 @@ func TestStaticTPReachesTheReport(t *testing.T) {
 // an engine that names no GPU, busy_s is absent (unknown, not zero).
 func TestLatencyIntervalCarriesGPUBusySeconds(t *testing.T) {
 	real, eng, body := earlierRealPage(t)
-	mock := dgxa100.New()
-	for i, d := range mock.Devices {
-		dev := d.(*server.Device)
-		dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
-			return gonvml.Memory{Total: 40 << 30, Used: 38 << 30, Free: 2 << 30}, gonvml.SUCCESS
-		}
+	mock := mockNode(func(i int, dev *server.Device) {
 		util, ret := uint32([]int{40, 60, 90, 0, 0, 0, 0, 0}[i]), gonvml.SUCCESS
 		if i == 3 {
 			ret = gonvml.ERROR_NOT_SUPPORTED
 		}
 		dev.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) { return gonvml.Utilization{Gpu: util}, ret }
-	}
+	})
 	cfg := Config{Node: "n", StaleAfterS: 5, Engines: []EngineConfig{
 		{ID: "two", Kind: engine.VLLM, MetricsURL: eng.URL, GPUs: []string{"0", "1"}},
 		{ID: "one", Kind: engine.VLLM, MetricsURL: eng.URL, GPUs: []string{"2"}},
 		{ID: "unread", Kind: engine.VLLM, MetricsURL: eng.URL, GPUs: []string{"2", "3"}},
 		{ID: "nogpu", Kind: engine.VLLM, MetricsURL: eng.URL},
 	}}
-	a, err := New(cfg, WithNVML(nvml.NewManager(mock, time.Second, nil)))
+	a, err := New(cfg, WithNVML(mock))
 	if err != nil {
 		t.Fatal(err)
 	}
