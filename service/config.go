@@ -71,7 +71,9 @@ type ProfilesConfig struct {
 type AuthConfig struct {
 	// Token is the routers' bearer token. Prefer TokenFile or
 	// NARWHAL_AUTH_TOKEN over writing it into the config file.
-	Token     string `yaml:"token" json:"-"`
+	Token string `yaml:"token" json:"-"`
+	// TokenFile is a file holding the routers' token (a mounted Secret),
+	// read at start; surrounding white space is ignored.
 	TokenFile string `yaml:"token_file" json:"token_file"`
 	// AgentToken is the agents' bearer token (POST /v1/agent/reports),
 	// required while agents.required; it must differ from Token.
@@ -86,17 +88,29 @@ type AuthConfig struct {
 
 // TLSConfig enables TLS on the API listener when both files are set.
 type TLSConfig struct {
+	// CertFile is the PEM certificate chain the API listener presents
+	// (with KeyFile; one without the other is refused at start).
 	CertFile string `yaml:"cert_file" json:"cert_file"`
-	KeyFile  string `yaml:"key_file" json:"key_file"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file" json:"key_file"`
 }
 
 // HTTPConfig: server timeouts and request size limits.
 type HTTPConfig struct {
+	// ReadHeaderTimeoutS bounds reading a request's headers; a client
+	// slower than this is disconnected.
 	ReadHeaderTimeoutS float64 `yaml:"read_header_timeout_s" json:"read_header_timeout_s"`
-	ReadTimeoutS       float64 `yaml:"read_timeout_s" json:"read_timeout_s"`
-	WriteTimeoutS      float64 `yaml:"write_timeout_s" json:"write_timeout_s"`
-	IdleTimeoutS       float64 `yaml:"idle_timeout_s" json:"idle_timeout_s"`
-	ShutdownTimeoutS   float64 `yaml:"shutdown_timeout_s" json:"shutdown_timeout_s"`
+	// ReadTimeoutS bounds reading a whole request, headers and body.
+	ReadTimeoutS float64 `yaml:"read_timeout_s" json:"read_timeout_s"`
+	// WriteTimeoutS bounds a response, from the end of the request's
+	// headers to the last byte written.
+	WriteTimeoutS float64 `yaml:"write_timeout_s" json:"write_timeout_s"`
+	// IdleTimeoutS: a keep-alive connection with no request this long is
+	// closed.
+	IdleTimeoutS float64 `yaml:"idle_timeout_s" json:"idle_timeout_s"`
+	// ShutdownTimeoutS: on SIGTERM or SIGINT the listeners stop
+	// accepting, and requests in progress get this long to finish.
+	ShutdownTimeoutS float64 `yaml:"shutdown_timeout_s" json:"shutdown_timeout_s"`
 	// MaxBodyBytes bounds one POST body (events and agent reports).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
 	// MaxLineBytes bounds one event line.
@@ -113,9 +127,18 @@ type HTTPConfig struct {
 
 // EventsConfig: what an event may say (see Limits).
 type EventsConfig struct {
-	MaxTokens   int64   `yaml:"max_tokens" json:"max_tokens"`
-	MaxPastS    float64 `yaml:"max_past_s" json:"max_past_s"`
-	MaxFutureS  float64 `yaml:"max_future_s" json:"max_future_s"`
+	// MaxTokens bounds every token count an event carries (estimated,
+	// input, requested and produced output); a larger one is refused.
+	MaxTokens int64 `yaml:"max_tokens" json:"max_tokens"`
+	// MaxPastS: an event stamped (ts_ns) more than this before the
+	// server's clock is refused.
+	MaxPastS float64 `yaml:"max_past_s" json:"max_past_s"`
+	// MaxFutureS: an event stamped more than this after the server's
+	// clock is refused; on the leader it also bounds the demand deltas
+	// replicas ship (a skewed router clock cannot move the newest bucket).
+	MaxFutureS float64 `yaml:"max_future_s" json:"max_future_s"`
+	// MaxRequestS: an event whose request arrived (arrival_ns) more than
+	// this before the event's own stamp is refused.
 	MaxRequestS float64 `yaml:"max_request_s" json:"max_request_s"`
 	// PendingTimeoutS: an offer_started never followed by sized, refused
 	// or offer_abandoned is ended after this long and counted as an
@@ -128,7 +151,10 @@ type EventsConfig struct {
 type AgentsConfig struct {
 	// Required: /readyz is ready only while some agent reported within
 	// StaleAfterS. Set false to run without agents (static engines).
-	Required    bool    `yaml:"required" json:"required"`
+	Required bool `yaml:"required" json:"required"`
+	// StaleAfterS: the engines of a node whose agent has not reported
+	// for this long are marked not live (the controller neither scores
+	// nor moves them); /readyz counts only reports within it.
 	StaleAfterS float64 `yaml:"stale_after_s" json:"stale_after_s"`
 	// SweepS is how often nodes that stopped reporting are marked not live.
 	SweepS float64 `yaml:"sweep_s" json:"sweep_s"`

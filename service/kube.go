@@ -34,6 +34,11 @@ const LeaderService = "narwhal-core-leader"
 // is one of N behind a Lease (see NewKube). The cluster keys (namespace,
 // lease_name, engine_selector, ...) sit inline in the section.
 type KubernetesConfig struct {
+	// Enabled runs the replica in a cluster: leader election on the
+	// Lease, engines discovered from their pods, moves carried out on the
+	// pods, the controller state in a ConfigMap. Off (the default), the
+	// replica steps alone, engines come from agent reports and the
+	// engines list, and moves are journalled only (a dry run).
 	Enabled        bool `yaml:"enabled" json:"enabled"`
 	cluster.Config `yaml:",inline"`
 	// DemandURL is where every replica ships its demand deltas: the

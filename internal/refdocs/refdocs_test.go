@@ -57,6 +57,18 @@ func TestGeneratedDocsCoverTheCode(t *testing.T) {
 			t.Errorf("configuration.md lacks %q", want)
 		}
 	}
+	// Every setting says what it does: no empty description, and none
+	// borrowed from its section's type doc (rendered in parentheses),
+	// which told an operator nothing about the one setting.
+	for _, line := range strings.Split(string(cfg), "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) != 7 || !strings.HasPrefix(strings.TrimSpace(cols[1]), "`") {
+			continue
+		}
+		if d := strings.TrimSpace(cols[5]); d == "" || strings.HasPrefix(d, "(") {
+			t.Errorf("setting %s has no description of its own: %q (document the field)", strings.TrimSpace(cols[1]), d)
+		}
+	}
 	met, err := MetricsPage()
 	if err != nil {
 		t.Fatal(err)

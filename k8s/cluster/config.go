@@ -22,10 +22,21 @@ type Config struct {
 	Namespace string `yaml:"namespace" json:"namespace"`
 	PodName   string `yaml:"pod_name" json:"pod_name"`
 
-	LeaseName      string  `yaml:"lease_name" json:"lease_name"`
+	// LeaseName is the coordination.k8s.io/v1 Lease (in Namespace) the
+	// replicas elect their leader with; only the leader steps the
+	// controller and moves engines.
+	LeaseName string `yaml:"lease_name" json:"lease_name"`
+	// LeaseDurationS: a follower takes the Lease over when its holder has
+	// not renewed it for this long (the longest a crashed leader leaves
+	// the fleet without decisions). Must exceed RenewDeadlineS.
 	LeaseDurationS float64 `yaml:"lease_duration_s" json:"lease_duration_s"`
+	// RenewDeadlineS: the leader keeps retrying a failed renewal this long,
+	// then gives its term up and stops deciding. Must exceed 1.2 ×
+	// RetryPeriodS.
 	RenewDeadlineS float64 `yaml:"renew_deadline_s" json:"renew_deadline_s"`
-	RetryPeriodS   float64 `yaml:"retry_period_s" json:"retry_period_s"`
+	// RetryPeriodS is the time between attempts to acquire or renew the
+	// Lease (and to read the saved state at the start of a term).
+	RetryPeriodS float64 `yaml:"retry_period_s" json:"retry_period_s"`
 
 	// StateConfigMap (in Namespace) holds the controller state under
 	// StateKey.
