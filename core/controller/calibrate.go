@@ -506,12 +506,19 @@ func (s *ProfileSet) LookupTP(model, gpu string, tp int) (int, bool) {
 // ProfileUse names a profile that priced a decision: its key, origin,
 // source, and calibration state.
 type ProfileUse struct {
-	Model   string `json:"model"`
-	GPU     string `json:"gpu"`
-	TP      int    `json:"tp"`
-	Origin  string `json:"origin"`
-	Source  string `json:"source"`
-	Engines int    `json:"engines"`
+	// Model, GPU and TP are the profile's key: the model name, GPU kind
+	// and tensor-parallel degree of the engines it priced.
+	Model string `json:"model"`
+	GPU   string `json:"gpu"`
+	TP    int    `json:"tp"`
+	// Origin is "measured" (points from a profile file, the built-in
+	// tables or the simulator) or "prior" (derived from the model's
+	// geometry and the GPU's datasheet).
+	Origin string `json:"origin"`
+	// Source names where the points or the prior came from.
+	Source string `json:"source"`
+	// Engines: live serving engines this profile priced.
+	Engines int `json:"engines"`
 	// Calibrated: online calibration has learned at least one interval;
 	// FitError is the larger phase's mean relative error then.
 	Calibrated bool    `json:"calibrated"`

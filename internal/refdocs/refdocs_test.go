@@ -92,6 +92,15 @@ func TestGeneratedDocsCoverTheCode(t *testing.T) {
 	if bytes.Contains(j, []byte("|  |\n")) {
 		t.Errorf("journal.md has a field without a description:\n%s", j)
 	}
+	for _, line := range strings.Split(string(j), "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 4 || !strings.HasPrefix(strings.TrimSpace(cols[1]), "`") {
+			continue
+		}
+		if d := strings.TrimSpace(cols[len(cols)-2]); strings.HasPrefix(d, "(") {
+			t.Errorf("journal field %s has only its type's description: %q (document the field)", strings.TrimSpace(cols[1]), d)
+		}
+	}
 }
 
 // metricNames are the series names the processes export: each family,
