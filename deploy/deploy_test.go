@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/agent"
 	"github.com/narwhal-io/narwhal/agent/kubediscover"
+	"github.com/narwhal-io/narwhal/core/profile"
 	"github.com/narwhal-io/narwhal/service"
 )
 
@@ -95,6 +97,9 @@ func checkConfigs(t *testing.T, objs []runtime.Object, ns, roleKey string) {
 		t.Fatalf("core.yaml must name the router and the agent token files:\n%s", body)
 	}
 	env := map[string]string{"POD_NAMESPACE": ns, "POD_NAME": "narwhal-core-0", "NARWHAL_AUTH_TOKEN_FILE": write("token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": write("agent-token", "y")}
+	if p := core.Data["profiles.json"]; p != "" { // mounted from the same ConfigMap
+		env["NARWHAL_PROFILES_FILE"] = write("profiles.json", p)
+	}
 	cfg, err := service.Load([]string{"--config", write("core.yaml", core.Data["core.yaml"])}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatalf("core.yaml: %v", err)
@@ -283,5 +288,107 @@ func TestChartEmbedsRulesAndDashboard(t *testing.T) {
 	}
 	if !sawRule || !sawDash {
 		t.Fatalf("PrometheusRule ok %v, dashboard ConfigMap ok %v", sawRule, sawDash)
+	}
+}
+
+// TestChartSettings: an operator sets the SLOs, latency profiles and any
+// other setting through the chart's values, and the binaries read them:
+// core.ttftSLOS and core.tpotSLOS land in core.ttft_slo_s and
+// core.tpot_slo_s; core.profiles becomes a profile file the core loads,
+// mounted where profiles.file points; core.settings and agent.settings
+// merge over the chart's configuration, a false replacing the chart's
+// true; a misspelt setting is refused by the core's loader, naming the
+// key.
+func TestChartSettings(t *testing.T) {
+	h := helm(t)
+	example, err := os.ReadFile("../core/profile/testdata/example-profiles.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Profiles []any `json:"profiles"`
+	}
+	if err := json.Unmarshal(example, &file); err != nil || len(file.Profiles) == 0 {
+		t.Fatalf("example profiles: %v", err)
+	}
+	profiles, err := json.Marshal(file.Profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, "settings", render(t, h, "template", "narwhal", "../charts/narwhal", "-n", "narwhal",
+		"--set", "core.ttftSLOS=1.5,core.tpotSLOS=0.15",
+		"--set-json", "core.profiles="+string(profiles),
+		"--set-json", `core.settings={"core":{"controller":{"switch_s":60}},"agents":{"stale_after_s":30},"kubernetes":{"label_leader":false},"http":{"max_connections":2048}}`,
+		"--set-json", `agent.settings={"scrape_interval_s":0.5,"queue_size":512,"stale_after_s":20}`))
+	checkConfigs(t, objs, "narwhal", "narwhal.io/role")
+
+	cm := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["core.yaml"] != "" })
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var rendered struct {
+		Profiles struct {
+			File string `yaml:"file"`
+		} `yaml:"profiles"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["core.yaml"]), &rendered); err != nil {
+		t.Fatal(err)
+	}
+	dep := find(objs, func(d *appsv1.Deployment) bool { return d.Name == "narwhal-core" })
+	mounted := false
+	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounted = mounted || (m.SubPath == "profiles.json" && m.MountPath == rendered.Profiles.File)
+	}
+	if rendered.Profiles.File == "" || !mounted {
+		t.Fatalf("profiles.file %q is not where profiles.json is mounted: %+v", rendered.Profiles.File, dep.Spec.Template.Spec.Containers[0].VolumeMounts)
+	}
+	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-0",
+		"NARWHAL_AUTH_TOKEN_FILE": write("token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": write("agent-token", "y"),
+		"NARWHAL_PROFILES_FILE": write("profiles.json", cm.Data["profiles.json"])}
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := service.Load([]string{"--config", write("core.yaml", cm.Data["core.yaml"])}, getenv)
+	if err != nil {
+		t.Fatalf("core.yaml with settings: %v", err)
+	}
+	if cfg.Core.TTFTSLOS != 1.5 || cfg.Core.TPOTSLOS != 0.15 {
+		t.Errorf("SLOs %v / %v, want 1.5 / 0.15", cfg.Core.TTFTSLOS, cfg.Core.TPOTSLOS)
+	}
+	if cfg.Core.Controller.SwitchS != 60 || cfg.Agents.StaleAfterS != 30 || cfg.HTTP.MaxConnections != 2048 {
+		t.Errorf("core.settings not applied: switch_s %v, agents.stale_after_s %v, http.max_connections %v",
+			cfg.Core.Controller.SwitchS, cfg.Agents.StaleAfterS, cfg.HTTP.MaxConnections)
+	}
+	if cfg.Kubernetes.LabelLeader || !cfg.Kubernetes.Enabled || cfg.Auth.Token != "x" {
+		t.Errorf("merge: label_leader %v (want false, set over the chart's true), enabled %v, token %q",
+			cfg.Kubernetes.LabelLeader, cfg.Kubernetes.Enabled, cfg.Auth.Token)
+	}
+	set, err := profile.Parse("profiles.json", []byte(cm.Data["profiles.json"]))
+	if err != nil {
+		t.Fatalf("rendered profiles.json: %v", err)
+	}
+	if _, ok := set.Lookup("meta-llama/Llama-3.1-8B-Instruct", "H100"); !ok {
+		t.Errorf("rendered profiles.json lacks the example's Llama-3.1-8B on H100")
+	}
+
+	ag := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["agent.yaml"] != "" })
+	t.Setenv("NODE_NAME", "gpu-node-1")
+	ac, err := agent.LoadConfig(write("agent.yaml", ag.Data["agent.yaml"]))
+	if err != nil {
+		t.Fatalf("agent.yaml with settings: %v", err)
+	}
+	if ac.ScrapeIntervalS != 0.5 || ac.QueueSize != 512 || ac.StaleAfterS != 20 || ac.HeartbeatIntervalS != 2 {
+		t.Errorf("agent.settings: scrape %v queue %v stale %v heartbeat %v; want 0.5 512 20 2",
+			ac.ScrapeIntervalS, ac.QueueSize, ac.StaleAfterS, ac.HeartbeatIntervalS)
+	}
+
+	typo := decodeAll(t, "typo", render(t, h, "template", "narwhal", "../charts/narwhal", "-n", "narwhal",
+		"--set-json", `core.settings={"core":{"ttft_slo":1.5}}`))
+	cm = find(typo, func(c *corev1.ConfigMap) bool { return c.Data["core.yaml"] != "" })
+	if _, err := service.Load([]string{"--config", write("typo.yaml", cm.Data["core.yaml"])}, getenv); err == nil || !strings.Contains(err.Error(), "ttft_slo") {
+		t.Errorf("a misspelt setting: %v, want an error naming ttft_slo", err)
 	}
 }

@@ -49,3 +49,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 {{- $s -}}
 {{- end -}}
+
+{{/* The mount path of core.profiles' file. */}}
+{{- define "narwhal.profilesPath" -}}/etc/narwhal/profiles.json{{- end -}}
