@@ -26,21 +26,36 @@ type Config struct {
 	// TokenFile holds the bearer token (re-read on every reconnect);
 	// $NARWHAL_AGENT_TOKEN is used when empty.
 	TokenFile string `yaml:"token_file"`
-	// Intervals and timeouts in seconds (0 = default).
-	ScrapeIntervalS    float64 `yaml:"scrape_interval_s"`    // 1
-	ScrapeTimeoutS     float64 `yaml:"scrape_timeout_s"`     // 0.5
-	HeartbeatIntervalS float64 `yaml:"heartbeat_interval_s"` // 2
-	NVMLTimeoutS       float64 `yaml:"nvml_timeout_s"`       // 5
-	ProcPollS          float64 `yaml:"proc_poll_s"`          // 0.1
-	BackoffMinS        float64 `yaml:"backoff_min_s"`        // 0.2
-	BackoffMaxS        float64 `yaml:"backoff_max_s"`        // 10
-	// StaleAfterS: /healthz fails when scrapes or acks are older (10).
+	// ScrapeIntervalS: every this many seconds the agent reads NVML and
+	// each engine's metrics and queues one snapshot for the core. 0 takes
+	// the default, as for every interval and timeout below.
+	ScrapeIntervalS float64 `yaml:"scrape_interval_s"`
+	// ScrapeTimeoutS bounds one scrape of an engine's metrics endpoint.
+	ScrapeTimeoutS float64 `yaml:"scrape_timeout_s"`
+	// HeartbeatIntervalS: with nothing else sent for this long, the
+	// stream sends a heartbeat, so the core keeps the node live.
+	HeartbeatIntervalS float64 `yaml:"heartbeat_interval_s"`
+	// NVMLTimeoutS bounds one NVML call; a hung driver puts NVML in
+	// degraded mode (reported by /healthz) instead of stopping the agent.
+	NVMLTimeoutS float64 `yaml:"nvml_timeout_s"`
+	// ProcPollS is how often /proc liveness polls the engines' processes
+	// and ports (when eBPF is not used).
+	ProcPollS float64 `yaml:"proc_poll_s"`
+	// BackoffMinS and BackoffMaxS bound the jittered exponential backoff
+	// between failed sends to the core.
+	BackoffMinS float64 `yaml:"backoff_min_s"`
+	BackoffMaxS float64 `yaml:"backoff_max_s"`
+	// StaleAfterS: /healthz fails when no snapshot was collected, no
+	// engine scraped or no report acknowledged by the core within it.
 	StaleAfterS float64 `yaml:"stale_after_s"`
-	// QueueSize bounds the report queue (drop-oldest), default 256.
+	// QueueSize bounds the reports waiting for the core; past it the
+	// oldest are dropped (the next snapshot supersedes them).
 	QueueSize int `yaml:"queue_size"`
 	// Liveness is "auto" (eBPF, else /proc), "ebpf", "proc" or "none".
-	Liveness string         `yaml:"liveness"`
-	Engines  []EngineConfig `yaml:"engines"`
+	Liveness string `yaml:"liveness"`
+	// Engines are the engines on this node given by hand (with
+	// kubernetes.enabled, discovered ones are added).
+	Engines []EngineConfig `yaml:"engines"`
 	// Kubernetes configures engine discovery on this node through the API
 	// server (agent/kubediscover.Config, decoded strictly by
 	// narwhal-agent); discovered engines are added to Engines.
@@ -49,12 +64,16 @@ type Config struct {
 
 // EngineConfig is one engine on this node.
 type EngineConfig struct {
+	// ID names the engine as routers name it in their events.
 	ID string `yaml:"id"`
 	// Node, when set, limits the engine to the agent of that node (so one
 	// ConfigMap can serve a whole DaemonSet).
-	Node       string      `yaml:"node"`
-	Kind       engine.Kind `yaml:"kind"`
-	MetricsURL string      `yaml:"metrics_url"`
+	Node string `yaml:"node"`
+	// Kind is the engine's metrics dialect: vllm or sglang.
+	Kind engine.Kind `yaml:"kind"`
+	// MetricsURL is the engine's Prometheus endpoint, e.g.
+	// http://127.0.0.1:8000/metrics.
+	MetricsURL string `yaml:"metrics_url"`
 	// PID and Port are watched for liveness (0 = not watched).
 	PID  int32  `yaml:"pid"`
 	Port uint16 `yaml:"port"`
@@ -66,8 +85,10 @@ type EngineConfig struct {
 	// it), else the port in every namespace.
 	NetNS string `yaml:"netns"`
 	// GPUs are the engine's GPU UUIDs or NVML indices ("0").
-	GPUs  []string `yaml:"gpus"`
-	Model string   `yaml:"model"`
+	GPUs []string `yaml:"gpus"`
+	// Model is the served model's name (e.g. meta-llama/Llama-2-70b-hf);
+	// with GPUKind and TP it picks the core's latency profile.
+	Model string `yaml:"model"`
 	// GPUKind keys the core's profile and prior (e.g. H100). Empty: the
 	// built-in GPU table's name (core/profile) of the NVML name of the
 	// engine's first GPU NVML knows ("NVIDIA H100 80GB HBM3" is
@@ -79,7 +100,10 @@ type EngineConfig struct {
 	// --tensor-parallel-size, SGLang --tp-size), reported to the core to
 	// pick the latency profile or prior of (model, GPU, TP); 0 unknown
 	// (priced as TP 1), unless geometry.tp is set.
-	TP       int             `yaml:"tp"`
+	TP int `yaml:"tp"`
+	// Geometry is the model's KV cache geometry: with it the agent
+	// derives the engine's KV capacity from GPU memory when the engine
+	// does not report one, and cross-checks it when it does.
 	Geometry engine.Geometry `yaml:"geometry"`
 }
 

@@ -11,9 +11,16 @@ var ErrGeometry = errors.New("engine: invalid model KV geometry")
 
 // Geometry is a model's KV cache geometry.
 type Geometry struct {
-	Layers     int64 `yaml:"layers" json:"layers"`
-	KVHeads    int64 `yaml:"kv_heads" json:"kv_heads"`
-	HeadDim    int64 `yaml:"head_dim" json:"head_dim"`
+	// Layers is the number of transformer layers (num_hidden_layers).
+	Layers int64 `yaml:"layers" json:"layers"`
+	// KVHeads is the number of key/value heads (num_key_value_heads;
+	// num_attention_heads without grouped-query attention).
+	KVHeads int64 `yaml:"kv_heads" json:"kv_heads"`
+	// HeadDim is one head's dimension (hidden_size / num_attention_heads
+	// unless the model sets head_dim).
+	HeadDim int64 `yaml:"head_dim" json:"head_dim"`
+	// DTypeBytes is the bytes of one KV cache element: 2 for fp16 or
+	// bf16, 1 for an fp8 cache.
 	DTypeBytes int64 `yaml:"dtype_bytes" json:"dtype_bytes"`
 	// TP is the tensor-parallel degree (1 if 0).
 	TP int64 `yaml:"tp" json:"tp"`

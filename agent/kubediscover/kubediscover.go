@@ -72,14 +72,39 @@ type Config struct {
 	// Roles is the role label (preset narwhal or llm-d).
 	Roles podmeta.Roles `yaml:"roles"`
 	// Selector is ANDed with the role label selector.
-	Selector        string      `yaml:"selector"`
-	MetricsPortName string      `yaml:"metrics_port_name"`
-	MetricsPath     string      `yaml:"metrics_path"`
-	DefaultKind     engine.Kind `yaml:"default_kind"`
+	Selector string `yaml:"selector"`
+	// MetricsPortName is the container port (by name) of an engine's
+	// Prometheus metrics; the pod annotation narwhal.io/metrics-port (a
+	// number or a port name) overrides it.
+	MetricsPortName string `yaml:"metrics_port_name"`
+	// MetricsPath is the metrics path on that port; the pod annotation
+	// narwhal.io/metrics-path overrides it.
+	MetricsPath string `yaml:"metrics_path"`
+	// DefaultKind is the engine kind (vllm or sglang) of a pod without
+	// the narwhal.io/engine-kind annotation.
+	DefaultKind engine.Kind `yaml:"default_kind"`
 	// PodResourcesSocket is the kubelet's socket ("" the default path;
 	// "none" disables the GPU map).
-	PodResourcesSocket string  `yaml:"pod_resources_socket"`
-	GPURefreshS        float64 `yaml:"gpu_refresh_s"`
+	PodResourcesSocket string `yaml:"pod_resources_socket"`
+	// GPURefreshS is how often the kubelet's GPU assignments are re-read.
+	GPURefreshS float64 `yaml:"gpu_refresh_s"`
+}
+
+// Defaults fills the empty fields the Discoverer defaults (New applies
+// them too).
+func (c *Config) Defaults() {
+	if c.MetricsPortName == "" {
+		c.MetricsPortName = "http"
+	}
+	if c.MetricsPath == "" {
+		c.MetricsPath = "/metrics"
+	}
+	if c.DefaultKind == "" {
+		c.DefaultKind = engine.VLLM
+	}
+	if c.GPURefreshS == 0 {
+		c.GPURefreshS = 10
+	}
 }
 
 // GPUSource lists the GPUs the kubelet assigned per pod
@@ -149,23 +174,12 @@ func New(client kubernetes.Interface, cfg Config, node string, sink func([]agent
 	if err != nil {
 		return nil, fmt.Errorf("%w: selector %q: %w", ErrInvalidConfig, s, err)
 	}
-	if cfg.MetricsPortName == "" {
-		cfg.MetricsPortName = "http"
-	}
-	if cfg.MetricsPath == "" {
-		cfg.MetricsPath = "/metrics"
-	}
+	cfg.Defaults()
 	if !strings.HasPrefix(cfg.MetricsPath, "/") {
 		return nil, fmt.Errorf("%w: metrics_path %q must start with /", ErrInvalidConfig, cfg.MetricsPath)
 	}
-	if cfg.DefaultKind == "" {
-		cfg.DefaultKind = engine.VLLM
-	}
 	if cfg.DefaultKind != engine.VLLM && cfg.DefaultKind != engine.SGLang {
 		return nil, fmt.Errorf("%w: default_kind %q (want vllm or sglang)", ErrInvalidConfig, cfg.DefaultKind)
-	}
-	if cfg.GPURefreshS == 0 {
-		cfg.GPURefreshS = 10
 	}
 	if !(cfg.GPURefreshS > 0 && cfg.GPURefreshS <= 3600) {
 		return nil, fmt.Errorf("%w: gpu_refresh_s %v must be in (0, 3600]", ErrInvalidConfig, cfg.GPURefreshS)

@@ -18,6 +18,7 @@ var Pages = []Page{
 	{"docs/configuration.md", Configuration},
 	{"docs/metrics.md", func(string) ([]byte, error) { return MetricsPage() }},
 	{"docs/journal.md", Journal},
+	{"docs/agent-configuration.md", AgentConfiguration},
 }
 
 // Write renders every page under root.

@@ -69,6 +69,26 @@ func TestGeneratedDocsCoverTheCode(t *testing.T) {
 			t.Errorf("setting %s has no description of its own: %q (document the field)", strings.TrimSpace(cols[1]), d)
 		}
 	}
+	ag, err := AgentConfiguration(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| `scrape_interval_s` | float64 | `1` |", "| `queue_size` | int | `256` |",
+		"| `kubernetes.metrics_port_name` | string | `http` |", "| `kubernetes.roles.key` | string | `narwhal.io/role` |",
+		"## `engines` (list of object (EngineConfig))", "| `geometry.kv_heads` | int64 |"} {
+		if !bytes.Contains(ag, []byte(want)) {
+			t.Errorf("agent-configuration.md lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(string(ag), "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 5 || !strings.HasPrefix(strings.TrimSpace(cols[1]), "`") {
+			continue
+		}
+		if d := strings.TrimSpace(cols[len(cols)-2]); d == "" || strings.HasPrefix(d, "(") {
+			t.Errorf("agent setting %s has no description of its own: %q (document the field)", strings.TrimSpace(cols[1]), d)
+		}
+	}
 	met, err := MetricsPage()
 	if err != nil {
 		t.Fatal(err)
