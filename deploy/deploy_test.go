@@ -392,3 +392,32 @@ func TestChartSettings(t *testing.T) {
 		t.Errorf("a misspelt setting: %v, want an error naming ttft_slo", err)
 	}
 }
+
+// TestChartValuesSchema: values.schema.json refuses at render time a
+// value the chart does not know (Helm would otherwise ignore a misspelt
+// key silently: core.ttftSlos would leave the SLO at its default) and one
+// out of range, naming it; the shipped values files pass it (the other
+// chart tests render them).
+func TestChartValuesSchema(t *testing.T) {
+	h := helm(t)
+	for _, c := range []struct{ set, want string }{
+		{"core.ttftSlos=1.5", "ttftSlos"},
+		{"core.ttftSLOS=0", "ttftSLOS"},
+		{"core.tpotSLOS=0.1s", "tpotSLOS"},
+		{"agent.liveness=bpf", "liveness"},
+		{"roles.preset=llmd", "preset"},
+		{"engines.pools[0].name=a,engines.pools[0].method=move", "method"},
+		{"serviceMonitor.enable=true", "enable"},
+	} {
+		cmd := exec.Command(h[0], append(h[1:], "template", "n", "../charts/narwhal", "--set", c.set)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "schema") || !strings.Contains(string(out), c.want) {
+			t.Errorf("--set %s: err %v, output %q; want a schema error naming %s", c.set, err, firstLine(out), c.want)
+		}
+	}
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	return s
+}
