@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -420,4 +421,32 @@ func TestChartValuesSchema(t *testing.T) {
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\n")
 	return s
+}
+
+// TestChartDisruptionBudget: the core's PodDisruptionBudget always lets
+// one replica be evicted (a budget that allows none blocks every node
+// drain): none at one replica, an integer minAvailable kept below the
+// replicas, a percentage passed through.
+func TestChartDisruptionBudget(t *testing.T) {
+	h := helm(t)
+	for _, c := range []struct {
+		set  string
+		want string // "" no budget
+	}{
+		{"core.replicas=1", ""},
+		{"core.replicas=2", "1"},
+		{"core.replicas=3", "2"},
+		{"core.replicas=5,core.podDisruptionBudget.minAvailable=3", "3"},
+		{"core.replicas=3,core.podDisruptionBudget.minAvailable=50%", "50%"},
+	} {
+		objs := decodeAll(t, c.set, render(t, h, "template", "n", "../charts/narwhal", "--set", c.set))
+		pdb := find(objs, func(*policyv1.PodDisruptionBudget) bool { return true })
+		got := ""
+		if pdb != nil {
+			got = pdb.Spec.MinAvailable.String()
+		}
+		if got != c.want {
+			t.Errorf("--set %s: minAvailable %q, want %q", c.set, got, c.want)
+		}
+	}
 }
