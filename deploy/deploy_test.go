@@ -84,24 +84,13 @@ func checkConfigs(t *testing.T, objs []runtime.Object, ns, roleKey string) {
 	if core == nil || ag == nil {
 		t.Fatal("core.yaml or agent.yaml ConfigMap missing")
 	}
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t)
 	// The chart's core.yaml names both token files; the test points them
 	// at files of its own (as the Secret's mount would provide them).
 	if body := core.Data["core.yaml"]; !strings.Contains(body, "token_file: /etc/narwhal/token/token") || !strings.Contains(body, "agent_token_file: /etc/narwhal/token/agent-token") {
 		t.Fatalf("core.yaml must name the router and the agent token files:\n%s", body)
 	}
-	env := map[string]string{"POD_NAMESPACE": ns, "POD_NAME": "narwhal-core-0", "NARWHAL_AUTH_TOKEN_FILE": write("token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": write("agent-token", "y")}
-	if p := core.Data["profiles.json"]; p != "" { // mounted from the same ConfigMap
-		env["NARWHAL_PROFILES_FILE"] = write("profiles.json", p)
-	}
-	cfg, err := service.Load([]string{"--config", write("core.yaml", core.Data["core.yaml"])}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, err := service.Load([]string{"--config", write("core.yaml", core.Data["core.yaml"])}, coreEnv(write, ns, core))
 	if err != nil {
 		t.Fatalf("core.yaml: %v", err)
 	}
@@ -127,6 +116,33 @@ func checkConfigs(t *testing.T, objs []runtime.Object, ns, roleKey string) {
 	if !strings.Contains(ac.CoreURL, "-core-leader.") {
 		t.Fatalf("agent core_url %q: agents report to the leader Service", ac.CoreURL)
 	}
+}
+
+// tempWriter returns a function that writes a file in a test's
+// temporary directory and returns its path.
+func tempWriter(t *testing.T) func(name, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	return func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
+// coreEnv is the environment a core pod of namespace ns sees: the pod's
+// name and namespace, and the files its mounts would provide (the
+// Secret's tokens "x" and "y", profiles.json from the core's ConfigMap cm
+// when the chart renders one).
+func coreEnv(write func(name, body string) string, ns string, cm *corev1.ConfigMap) func(string) (string, bool) {
+	env := map[string]string{"POD_NAMESPACE": ns, "POD_NAME": "narwhal-core-0",
+		"NARWHAL_AUTH_TOKEN_FILE": write("token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": write("agent-token", "y")}
+	if p := cm.Data["profiles.json"]; p != "" {
+		env["NARWHAL_PROFILES_FILE"] = write("profiles.json", p)
+	}
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 }
 
 // TestRenderedManifests: deploy/narwhal.yaml decodes strictly, its
@@ -324,14 +340,7 @@ func TestChartSettings(t *testing.T) {
 	checkConfigs(t, objs, "narwhal", "narwhal.io/role")
 
 	cm := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["core.yaml"] != "" })
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t)
 	var rendered struct {
 		Profiles struct {
 			File string `yaml:"file"`
@@ -348,10 +357,7 @@ func TestChartSettings(t *testing.T) {
 	if rendered.Profiles.File == "" || !mounted {
 		t.Fatalf("profiles.file %q is not where profiles.json is mounted: %+v", rendered.Profiles.File, dep.Spec.Template.Spec.Containers[0].VolumeMounts)
 	}
-	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-0",
-		"NARWHAL_AUTH_TOKEN_FILE": write("token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": write("agent-token", "y"),
-		"NARWHAL_PROFILES_FILE": write("profiles.json", cm.Data["profiles.json"])}
-	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	getenv := coreEnv(write, "narwhal", cm)
 	cfg, err := service.Load([]string{"--config", write("core.yaml", cm.Data["core.yaml"])}, getenv)
 	if err != nil {
 		t.Fatalf("core.yaml with settings: %v", err)
