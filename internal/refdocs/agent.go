@@ -60,7 +60,7 @@ these under ` + "`agent.settings`" + ` (charts/narwhal/README.md).
 		}
 		fmt.Fprintf(&b, "\n## `%s` (%s)\n\n%s\n\n| field | type | description |\n|---|---|---|\n",
 			l.path, typeName(l.typ), strings.TrimSpace(desc+" "+td))
-		if err := w.fields(et, ""); err != nil {
+		if err := structTable(&b, cm, et, "yaml", ""); err != nil {
 			return nil, err
 		}
 	}
@@ -104,31 +104,6 @@ func (w agentWalker) rows(v reflect.Value, prefix string) error {
 			def = "$NODE_NAME, else the host name"
 		}
 		fmt.Fprintf(w.b, "| `%s` | %s | `%s` | %s |\n", path, typeName(f.Type), def, desc)
-	}
-	return nil
-}
-
-// fields writes one row per field of a list element type, nested
-// structs as dotted keys.
-func (w agentWalker) fields(t reflect.Type, prefix string) error {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" || !f.IsExported() {
-			continue
-		}
-		path := joinPath(prefix, name)
-		if f.Type.Kind() == reflect.Struct {
-			if err := w.fields(f.Type, path); err != nil {
-				return err
-			}
-			continue
-		}
-		desc, err := w.cm.field(t, f.Name)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w.b, "| `%s` | %s | %s |\n", path, typeName(f.Type), desc)
 	}
 	return nil
 }

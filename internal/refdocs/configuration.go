@@ -64,7 +64,7 @@ These settings are lists or maps: they are given in the YAML file only
 		fmt.Fprintf(&b, "\n### `%s` (%s)\n\n%s\n", l.path, typeName(l.typ), desc)
 		if et != nil {
 			b.WriteString("\n| field | type | description |\n|---|---|---|\n")
-			if err := structTable(&b, cm, et, "yaml"); err != nil {
+			if err := structTable(&b, cm, et, "yaml", ""); err != nil {
 				return nil, err
 			}
 		}
@@ -123,12 +123,20 @@ func walkFileOnly(t reflect.Type, prefix string, out *[]fileOnly) {
 	}
 }
 
-// structTable writes one row per tagged field of t.
-func structTable(b *bytes.Buffer, cm *comments, t reflect.Type, tag string) error {
+// structTable writes one row per tagged field of t, a nested struct's
+// fields as dotted keys under prefix.
+func structTable(b *bytes.Buffer, cm *comments, t reflect.Type, tag, prefix string) error {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get(tag), ",")
 		if name == "" || name == "-" || !f.IsExported() {
+			continue
+		}
+		name = joinPath(prefix, name)
+		if f.Type.Kind() == reflect.Struct && !f.Type.Implements(reflect.TypeFor[json.Marshaler]()) {
+			if err := structTable(b, cm, f.Type, tag, name); err != nil {
+				return err
+			}
 			continue
 		}
 		desc, err := cm.field(t, f.Name)
