@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -122,13 +123,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.ControllerProfile = *profFile
 	}
 	if *coreCfg != "" {
-		b, err := os.ReadFile(*coreCfg)
+		cc, err := readCoreConfig(*coreCfg)
 		if err != nil {
-			return fmt.Errorf("core config: %w", err)
-		}
-		cc := core.DefaultConfig()
-		if err := json.Unmarshal(b, &cc); err != nil {
-			return fmt.Errorf("core config %s: %w", *coreCfg, err)
+			return err
 		}
 		cc.TTFTSLOS, cc.TPOTSLOS = cfg.TTFTSLOS, cfg.TPOTSLOS
 		if err := cc.Validate(); err != nil {
@@ -200,4 +197,25 @@ func parseSlice(s string) (float64, float64, error) {
 		}
 	}
 	return from, to, nil
+}
+
+// readCoreConfig reads a JSON core configuration over core.DefaultConfig().
+// A field the configuration does not have (a misspelling, or a controller
+// setting outside its "controller" section) is an error, not a silent
+// no-op: a variant that measures nothing must not read as a result.
+func readCoreConfig(path string) (core.Config, error) {
+	cc := core.DefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cc, fmt.Errorf("core config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cc); err != nil {
+		return core.DefaultConfig(), fmt.Errorf("core config %s: %w", path, err)
+	}
+	if dec.More() {
+		return core.DefaultConfig(), fmt.Errorf("core config %s: data after the JSON object", path)
+	}
+	return cc, nil
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-io/narwhal/core"
 )
 
 func TestCLIJSONAndSVG(t *testing.T) {
@@ -261,5 +263,48 @@ func TestCLISuiteRejectsBadFlags(t *testing.T) {
 		if err := run(context.Background(), args, &out, &errOut); err == nil {
 			t.Fatalf("args %q: no error", args)
 		}
+	}
+}
+
+// A core configuration with a field it does not have is refused, naming
+// the field, by --core-config and --variant alike; the nested form sets
+// the value. (Before, a controller setting at the top level was ignored,
+// and the variant ran the defaults under its own name.)
+func TestCoreConfigRefusesUnknownFields(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	flat := write("flat.json", `{"hysteresis_margin":0.5}`)
+	nested := write("nested.json", `{"controller":{"hysteresis_margin":0.5}}`)
+	trailing := write("trailing.json", `{"controller":{"hysteresis_margin":0.5}} {}`)
+
+	if _, err := readCoreConfig(flat); err == nil || !strings.Contains(err.Error(), "hysteresis_margin") {
+		t.Fatalf("flat controller key: err %v, want one naming hysteresis_margin", err)
+	}
+	if _, err := readCoreConfig(trailing); err == nil || !strings.Contains(err.Error(), "after the JSON object") {
+		t.Fatalf("trailing data: err %v", err)
+	}
+	cc, err := readCoreConfig(nested)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Controller.HysteresisMargin != 0.5 || cc.Controller.CooldownS != core.DefaultConfig().Controller.CooldownS {
+		t.Fatalf("nested: hysteresis %v cooldown %v, want 0.5 and the default", cc.Controller.HysteresisMargin, cc.Controller.CooldownS)
+	}
+
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--core-config", flat, "--quiet"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "hysteresis_margin") {
+		t.Fatalf("--core-config flat: err %v", err)
+	}
+	src := writeSuiteSources(t)
+	err = run(context.Background(), []string{"suite", "--quick", "--variant", "x=" + flat, "--traces", src, "--quiet"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "hysteresis_margin") {
+		t.Fatalf("--variant flat: err %v", err)
 	}
 }

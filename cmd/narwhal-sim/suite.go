@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/profile"
 	"github.com/narwhal-io/narwhal/sim"
@@ -206,12 +205,8 @@ func parseVariants(vs []string) ([]sim.SuiteVariant, error) {
 			return nil, fmt.Errorf("suite: --variant %q: want a new NAME=CORE_CONFIG.json (NAME not threshold)", v)
 		}
 		seen[name] = true
-		b, err := os.ReadFile(file)
+		cc, err := readCoreConfig(file)
 		if err != nil {
-			return nil, fmt.Errorf("suite: variant %s: %w", name, err)
-		}
-		cc := core.DefaultConfig()
-		if err := json.Unmarshal(b, &cc); err != nil {
 			return nil, fmt.Errorf("suite: variant %s: %w", name, err)
 		}
 		// SLOs come from each scenario; validate with placeholders.
