@@ -119,6 +119,22 @@ func TestDemoServesStateWhileDeciding(t *testing.T) {
 	default:
 		t.Errorf("latest decision basis %q is not one of the documented values", st.LatestDecision.Basis)
 	}
+	// The demo takes no writes over HTTP (the simulator drives the core in
+	// process): events and agent reports are refused without a token, and
+	// the engine table still holds the simulator's 16 engines.
+	for _, path := range []string{"/v1/events", "/v1/agent/reports"} {
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(`{"engine":"intruder"}`+"\n"))
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST %s without a token: status %d, want 401", path, resp.StatusCode)
+		}
+	}
+	if n := len(read().Engines); n != 16 {
+		t.Errorf("engines after the refused writes: %d, want 16", n)
+	}
 	cancel()
 	select {
 	case err := <-done:

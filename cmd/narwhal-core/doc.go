@@ -9,7 +9,11 @@
 // [--engines N]) it runs the demo: it binds its listener first (a taken
 // port fails at once), prints the status page's address as its first
 // line, and replays the bundled Azure code trace through the real core
-// on a simulated cluster; one line per decision on stdout.
+// on a simulated cluster; one line per decision on stdout. The demo takes
+// no writes over HTTP (the simulator drives the core in process): POST
+// /v1/events needs a token drawn for the run and never shown, and agent
+// reports are off, so a --listen address beyond loopback exposes the
+// pages and the read API only.
 //
 // main is thin on purpose: service.Load, service.NewCore, service.New and
 // (*service.Server).Serve do the work, so that the service can be started
