@@ -85,6 +85,7 @@ func (a *Agent) SetEngines(list []EngineConfig) error {
 		a.kvDisagr.DeleteLabelValues(gone.cfg.ID)
 		a.backlogS.DeletePartialMatch(prometheus.Labels{"engine": gone.cfg.ID})
 		a.priced.DeleteLabelValues(gone.cfg.ID)
+		a.scrapes.DeletePartialMatch(prometheus.Labels{"engine": gone.cfg.ID})
 	}
 	a.engines, a.byPID, a.byPort = engines, byPID, byPort
 	w := a.watcher

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
 )
@@ -98,6 +100,31 @@ func TestSetEnginesReplacesTheList(t *testing.T) {
 	}
 	if got := ids(); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("snapshot engines %v", got)
+	}
+	// No metric series is left for the gone engine (engine pods come and
+	// go for the agent's whole life: series per gone engine would grow
+	// without a bound); b's are there.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "engine" {
+					seen[l.GetValue()]++
+					if l.GetValue() == "a" {
+						t.Errorf("%s still has a series for the gone engine a", mf.GetName())
+					}
+				}
+			}
+		}
+	}
+	if seen["b"] == 0 {
+		t.Fatalf("no series for engine b: %v", seen)
 	}
 	// Two engines sharing a port without namespaces: refused, no change.
 	if err := a.SetEngines([]EngineConfig{eng("x", 0, ""), eng("y", 0, "")}); err == nil {
