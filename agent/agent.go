@@ -294,8 +294,21 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 	if gpus != nil {
 		a.gpus = gpus
 	}
+	// SetEngines may have replaced the list while the engines were
+	// scraped: an engine it removed is neither reported nor given metric
+	// series again (it deleted them, and nothing would delete them twice).
+	var kept map[*engineState]bool
+	if cur := a.engines; len(cur) != len(engines) || (len(cur) > 0 && &cur[0] != &engines[0]) {
+		kept = make(map[*engineState]bool, len(cur))
+		for _, e := range cur {
+			kept[e] = true
+		}
+	}
 	snap := wire.Snapshot{Engines: make([]wire.EngineReport, 0, len(engines))}
 	for i, e := range engines {
+		if kept != nil && !kept[e] {
+			continue
+		}
 		r := res[i]
 		a.scrapeDur.Observe(r.dur.Seconds())
 		e.lastTryNs = nowNs

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,5 +134,76 @@ func TestSetEnginesReplacesTheList(t *testing.T) {
 	}
 	if got := ids(); !slices.Equal(got, []string{"b"}) || len(w.take()) != 0 {
 		t.Fatalf("refused list changed the agent: %v", got)
+	}
+}
+
+// TestCollectDoesNotResurrectAGoneEngine: an engine removed by SetEngines
+// while a collection is scraping it leaves no metric series behind (the
+// collection must not recreate the series SetEngines deleted: nothing
+// would delete them again, and engine pods come and go for the agent's
+// whole life) and is not reported in that snapshot.
+func TestCollectDoesNotResurrectAGoneEngine(t *testing.T) {
+	inScrape := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			once.Do(func() { close(inScrape) })
+			<-release
+		}
+		_, _ = w.Write([]byte("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"))
+	}))
+	defer srv.Close()
+	a, err := New(Config{Node: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := func(id, path string) EngineConfig {
+		return EngineConfig{ID: id, Kind: engine.VLLM, MetricsURL: srv.URL + path, Role: "decode"}
+	}
+	if err := a.SetEngines([]EngineConfig{eng("gone", "/slow"), eng("stays", "/fast")}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []string)
+	go func() {
+		var ids []string
+		for _, e := range a.Collect(context.Background(), 1e9).Engines {
+			ids = append(ids, e.ID)
+		}
+		done <- ids
+	}()
+	<-inScrape
+	if err := a.SetEngines([]EngineConfig{eng("stays", "/fast")}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if ids := <-done; !slices.Equal(ids, []string{"stays"}) {
+		t.Errorf("snapshot engines %v, want [stays]", ids)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, stays := 0, 0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "engine" {
+					continue
+				}
+				switch l.GetValue() {
+				case "gone":
+					gone++
+					t.Errorf("%s has a series for the removed engine", mf.GetName())
+				case "stays":
+					stays++
+				}
+			}
+		}
+	}
+	if gone != 0 || stays == 0 {
+		t.Fatalf("series: gone %d (want 0), stays %d (want > 0)", gone, stays)
 	}
 }
