@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -73,9 +74,10 @@ func TestMoveLifecycle(t *testing.T) {
 func TestEngineInputValidation(t *testing.T) {
 	c := newTestController(t, testConfig(), 1, 1)
 	v := c.Roles().Version
-	for _, e := range []Engine{{ID: ""}, {ID: "x", KVCapacityTokens: -1}, {ID: "x", Role: 7}, {ID: "x", Resident: Resident{QueuedPrefillS: -1}}} {
+	for _, e := range []Engine{{ID: ""}, {ID: "x", KVCapacityTokens: -1}, {ID: "x", Role: 7}, {ID: "x", Resident: Resident{QueuedPrefillS: -1}},
+		{ID: "x", Model: strings.Repeat("m", 257)}, {ID: "x", GPU: strings.Repeat("g", 257)}, {ID: "x", Node: strings.Repeat("n", 257)}} {
 		if err := c.UpsertEngine(e); !errors.Is(err, ErrInvalidEngine) {
-			t.Fatalf("engine %+v: got %v; want ErrInvalidEngine", e, err)
+			t.Fatalf("engine %.200v: got %v; want ErrInvalidEngine", e, err)
 		}
 	}
 	if err := c.UpdateEngine("ghost", t0, Resident{}, 0, true); !errors.Is(err, ErrUnknownEngine) {

@@ -252,9 +252,18 @@ func (c *Controller) UpsertEngines(es []Engine) error {
 	return nil
 }
 
+// maxEngineText bounds an engine's node, model and GPU names (the agents'
+// wire limit): the engine table keeps them, every decision's profiles and
+// unprofiled lists repeat them, and /metrics and /readyz show them.
+const maxEngineText = 256
+
 func validEngine(e Engine) error {
 	if e.ID == "" || len(e.ID) > 253 {
 		return fmt.Errorf("%w: id must be 1..253 bytes, got %q", ErrInvalidEngine, e.ID)
+	}
+	if len(e.Node) > maxEngineText || len(e.Model) > maxEngineText || len(e.GPU) > maxEngineText {
+		return fmt.Errorf("%w: engine %s: node, model and gpu must be at most %d bytes, got %d, %d, %d",
+			ErrInvalidEngine, e.ID, maxEngineText, len(e.Node), len(e.Model), len(e.GPU))
 	}
 	if e.KVCapacityTokens < 0 || !validResident(e.Resident) || e.Role > RoleDecode || e.State > StateSwitching || e.TargetRole > RoleDecode {
 		return fmt.Errorf("%w: engine %s: negative or non-finite residency or capacity, or bad role/state", ErrInvalidEngine, e.ID)
