@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,3 +150,33 @@ func (s *batchSink) UpdateEngine(id string, nowNs int64, res controller.Resident
 	return s.c.UpdateEngine(id, nowNs, res, capTok, live)
 }
 func (s *batchSink) Roles() *controller.RoleTable { return s.c.Roles() }
+
+// A node's hello is applied (its engine list drops unlisted engines) and
+// not kept: the registry has no reader for it, and each node's could
+// hold up to http.max_body_bytes (GPU names, versions) for the node's
+// whole life, agents.max_nodes times over.
+func TestHelloIsNotRetained(t *testing.T) {
+	r := NewRegistry(newFakeSink(), 5e9, nil)
+	freed := make(chan struct{})
+	func() {
+		h := &wire.Hello{AgentVersion: strings.Repeat("v", 1<<20), Engines: []string{"e1"}}
+		runtime.SetFinalizer(h, func(*wire.Hello) { close(freed) })
+		if err := r.Apply(now, &wire.Report{Kind: wire.KindHello, Node: "n1", Epoch: 1, Seq: 1, Hello: h}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	deadline := time.After(5 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			if n := r.Nodes(); len(n) != 1 || n[0].LastSeq != 1 {
+				t.Fatalf("nodes %+v; want n1 at seq 1", n)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the registry still holds the node's hello after applying it")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -58,7 +58,6 @@ type nodeRec struct {
 	lastSeenNs int64
 	stale      atomic.Bool
 	removed    bool // forgotten by Sweep: a racing report recreates the node
-	hello      *wire.Hello
 	engines    map[string]*engineRec
 }
 
@@ -249,7 +248,8 @@ func (r *Registry) applyNode(nowNs int64, n *nodeRec, rep *wire.Report) error {
 	r.reports.WithLabelValues("accepted").Inc()
 	switch rep.Kind {
 	case wire.KindHello:
-		n.hello = rep.Hello
+		// The hello is not kept: nothing reads it, and it may be as large
+		// as a request body.
 		listed := make(map[string]bool, len(rep.Hello.Engines))
 		for _, id := range rep.Hello.Engines {
 			listed[id] = true
