@@ -478,12 +478,15 @@ func (j *Journal) rotateLocked() error {
 		return fmt.Errorf("journal rotate: %w", err)
 	}
 	_ = j.f.Close()
-	j.f = nil
+	// The active segment is now empty, whether or not the new file opens:
+	// a retry must write at offset 0 and not rotate again, which would
+	// rename an empty file over the segment just rotated.
+	j.f, j.size, j.first = nil, 0, 0
 	f, err := j.fsys.OpenFile(filepath.Join(j.dir, JournalActive), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("journal rotate: %w", err)
 	}
-	j.f, j.size, j.first = f, 0, 0
+	j.f = f
 	if err := j.fsys.SyncDir(j.dir); err != nil {
 		return fmt.Errorf("journal rotate: sync dir: %w", err)
 	}

@@ -26,7 +26,10 @@ type faultFS struct {
 	mu         sync.Mutex
 	full       bool
 	failRename bool
-	ops        []string
+	// failTrunc: opens that truncate (a rotation's new active segment)
+	// fail with EMFILE while set.
+	failTrunc bool
+	ops       []string
 }
 
 func (f *faultFS) op(s string) {
@@ -39,6 +42,12 @@ func (f *faultFS) setFull(v bool) { f.mu.Lock(); f.full = v; f.mu.Unlock() }
 
 func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	f.op("open " + filepath.Base(name))
+	f.mu.Lock()
+	failTrunc := f.failTrunc
+	f.mu.Unlock()
+	if failTrunc && flag&os.O_TRUNC != 0 {
+		return nil, fmt.Errorf("open %s: %w", name, syscall.EMFILE)
+	}
 	fl, err := f.OSFS.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
@@ -400,4 +409,45 @@ func counterValue(c prometheus.Counter) float64 {
 		return math.NaN()
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A rotation whose new active segment cannot be opened (out of file
+// descriptors) loses nothing: the retry starts the new segment at
+// offset 0 and never renames it over the segment just rotated.
+func TestJournalRotationOpenFailureLosesNoRecords(t *testing.T) {
+	dir := t.TempDir()
+	fsys := &faultFS{}
+	// A hold record is about 1.7 KB: four records a segment.
+	o := JournalOptions{MaxBytes: 8 << 10, Keep: 100, Ring: 100, RetryEvery: time.Hour, FS: fsys}
+	j, _ := openJ(t, dir, o)
+	for s := uint64(1); s <= 4; s++ {
+		if err := j.Write(rec(s, "", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys.mu.Lock()
+	fsys.failTrunc = true
+	fsys.mu.Unlock()
+	if err := j.Write(rec(5, "", 0)); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("write during the failing rotation: %v; want EMFILE", err)
+	}
+	fsys.mu.Lock()
+	fsys.failTrunc = false
+	fsys.mu.Unlock()
+	for s := uint64(6); s <= 7; s++ {
+		if err := j.Write(rec(s, "", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.FS = nil
+	_, r := openJ(t, dir, o)
+	if got := fmt.Sprint(seqs(r.History)); got != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("records read back %s; want [1 2 3 4 5 6 7]", got)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, JournalActive)); err != nil || fi.Size() > o.MaxBytes {
+		t.Fatalf("active segment: %v, %d bytes; want at most %d", err, fi.Size(), o.MaxBytes)
+	}
 }
