@@ -252,9 +252,10 @@ func (c *Controller) UpsertEngines(es []Engine) error {
 	return nil
 }
 
-// maxEngineText bounds an engine's node, model and GPU names (the agents'
-// wire limit): the engine table keeps them, every decision's profiles and
-// unprofiled lists repeat them, and /metrics and /readyz show them.
+// maxEngineText bounds an engine's node, model and GPU names (the wire
+// format bounds only the body): the engine table keeps them, every
+// decision's profiles and unprofiled lists repeat them, and /metrics and
+// /readyz show them. A Kubernetes node name is at most 253 bytes.
 const maxEngineText = 256
 
 func validEngine(e Engine) error {
