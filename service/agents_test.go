@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/wire"
@@ -77,5 +80,73 @@ func TestAgentReportsMountedAndReadiness(t *testing.T) {
 	now.Store(testNow + 16e9)
 	if code, _ := get(t, h, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("readyz 16 s after the last report (stale_after_s 15): got %d; want 503", code)
+	}
+}
+
+// An engine that no agent lists any more and that is not live leaves the
+// engine table after agents.forget_after_s, counted on /metrics; an
+// engine still listed (even not live), a configured one and a live one
+// stay; with kubernetes.enabled discovery owns removal and nothing is
+// forgotten. Without this, engine ids that follow pod names grew the table
+// with every replaced pod.
+func TestGoneEnginesAreForgotten(t *testing.T) {
+	cfg := testConfig()
+	cfg.Agents.ForgetAfterS = 600
+	cfg.Engines = []EngineSeed{{ID: "static", Role: "prefill"}}
+	rc := newRealCore(t)
+	s := newTestServer(t, cfg, rc)
+	snap := func(seq uint64, ids ...string) {
+		t.Helper()
+		var rs []wire.EngineReport
+		for _, id := range ids {
+			rs = append(rs, wire.EngineReport{ID: id, Role: controller.RoleDecode, Live: id != "sick",
+				RunningRequests: -1, QueuedRequests: -1, ScrapedNs: testNow})
+		}
+		if err := s.Registry().Apply(testNow, &wire.Report{Kind: wire.KindSnapshot, Node: "n1", Epoch: 1, Seq: seq,
+			SentNs: testNow, Snapshot: &wire.Snapshot{Engines: rs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func() []string {
+		var out []string
+		for _, e := range rc.Engines() {
+			out = append(out, e.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	snap(1, "pod-a", "pod-b", "sick")
+	snap(2, "pod-b", "sick") // pod-a replaced: unlisted and not live
+	if got := ids(); !slices.Equal(got, []string{"pod-a", "pod-b", "sick", "static"}) {
+		t.Fatalf("engines before any sweep: %v", got)
+	}
+	s.forgetGone(testNow)
+	s.forgetGone(testNow + 599e9)
+	if got := ids(); !slices.Equal(got, []string{"pod-a", "pod-b", "sick", "static"}) {
+		t.Fatalf("engines 599 s after pod-a went (forget_after_s 600): %v", got)
+	}
+	s.cfg.Kubernetes.Enabled = true
+	s.forgetGone(testNow + 700e9)
+	if got := ids(); !slices.Equal(got, []string{"pod-a", "pod-b", "sick", "static"}) {
+		t.Fatalf("engines with kubernetes.enabled: %v", got)
+	}
+	s.cfg.Kubernetes.Enabled = false
+	s.forgetGone(testNow + 700e9)
+	if got := ids(); !slices.Equal(got, []string{"pod-b", "sick", "static"}) {
+		t.Fatalf("engines 700 s after pod-a went: %v", got)
+	}
+	if got := testutil.ToFloat64(s.forgotten); got != 1 {
+		t.Fatalf("narwhal_engines_forgotten_total %v, want 1", got)
+	}
+	if len(s.goneSince) != 0 {
+		t.Fatalf("gone-engine marks left: %v", s.goneSince)
+	}
+	// A gone engine that comes back before the deadline starts over.
+	snap(3, "pod-b")
+	s.forgetGone(testNow + 800e9)
+	snap(4, "pod-b", "sick")
+	s.forgetGone(testNow + 1500e9)
+	if got := ids(); !slices.Equal(got, []string{"pod-b", "sick", "static"}) {
+		t.Fatalf("engines after sick came back listed: %v", got)
 	}
 }

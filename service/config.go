@@ -158,11 +158,17 @@ type AgentsConfig struct {
 	StaleAfterS float64 `yaml:"stale_after_s" json:"stale_after_s"`
 	// SweepS is how often nodes that stopped reporting are marked not live.
 	SweepS float64 `yaml:"sweep_s" json:"sweep_s"`
-	// MaxNodes and MaxEngines bound the registry (reports from a new node
-	// beyond MaxNodes are refused); ForgetAfterS: a node silent this long
-	// is forgotten.
-	MaxNodes     int     `yaml:"max_nodes" json:"max_nodes"`
-	MaxEngines   int     `yaml:"max_engines" json:"max_engines"`
+	// MaxNodes bounds the nodes the registry tracks: a report from a new
+	// node beyond it is refused.
+	MaxNodes int `yaml:"max_nodes" json:"max_nodes"`
+	// MaxEngines bounds the engines the registry tracks: a new engine
+	// beyond it is refused.
+	MaxEngines int `yaml:"max_engines" json:"max_engines"`
+	// ForgetAfterS: a node silent this long is forgotten; and, without
+	// kubernetes.enabled, an engine that no agent has listed and that has
+	// not been live for this long leaves the engine table, unless the
+	// engines list names it (engine ids follow pod names, so a fleet that
+	// replaces pods would otherwise grow the table without a bound).
 	ForgetAfterS float64 `yaml:"forget_after_s" json:"forget_after_s"`
 	// MaxEpochAheadS: a report whose epoch (the agent's start time) lies
 	// further ahead of the core's clock is refused, never adopted.

@@ -134,7 +134,9 @@
 // carrying one is refused (it would show in the process list). The
 // Bearer scheme is matched case-insensitively. agents.max_nodes=4096 and
 // agents.max_engines=16384 bound the registry; a node silent for
-// agents.forget_after_s=600 is forgotten; an epoch more than
+// agents.forget_after_s=600 is forgotten, and so (without
+// kubernetes.enabled) is an engine no agent has listed and that has not
+// been live for as long, unless the engines list names it; an epoch more than
 // agents.max_epoch_ahead_s=600 ahead of the core's clock is refused.
 //
 // # Choices where the spec is silent

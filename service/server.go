@@ -101,6 +101,12 @@ type Server struct {
 	extraRoutes     []Route
 	extraCollectors []prometheus.Collector
 	loops           []namedLoop
+
+	// The engines-list ids (never forgotten), and since when each
+	// other engine has been gone (forgetGone; the sweep's goroutine only).
+	seeded    map[string]bool
+	goneSince map[string]int64
+	forgotten prometheus.Counter
 }
 
 // New validates nothing beyond what Config.Validate did (call Load or
@@ -129,7 +135,9 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	// A configured role is the engine's initial role: the core's restored
 	// controller state wins over it (controller.UpsertEngine), so a
 	// restart never undoes a move.
+	s.seeded, s.goneSince = make(map[string]bool, len(cfg.Engines)), map[string]int64{}
 	for _, seed := range cfg.Engines {
+		s.seeded[seed.ID] = true
 		if known[seed.ID] {
 			continue
 		}
@@ -144,13 +152,15 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	s.budget = newBodyBudget(cfg.HTTP.MaxInflightBodyBytes, cfg.HTTP.MaxBodyBytes)
 	s.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_http_connections_refused_total",
 		Help: "API connections answered 503 and closed because http.max_connections were open."})
+	s.forgotten = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_engines_forgotten_total",
+		Help: "Engines removed from the engine table after agents.forget_after_s unlisted by every agent and not live (without kubernetes.enabled)."})
 	s.prom = prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
 	cs = append(cs, s.metrics.collectors()...)
-	cs = append(cs, s.budget.refused, s.budget.inflight, s.connRefused)
+	cs = append(cs, s.budget.refused, s.budget.inflight, s.connRefused, s.forgotten)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
 	cs = append(cs, newOpsCollector(s))
@@ -311,7 +321,9 @@ func (s *Server) serve(ctx context.Context) error {
 			case <-loopCtx.Done():
 				return
 			case <-t.C:
-				s.registry.Sweep(s.now())
+				now := s.now()
+				s.registry.Sweep(now)
+				s.forgetGone(now)
 			}
 		}
 	}()
@@ -508,4 +520,47 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusServiceUnavailable, body("not ready",
 		fmt.Sprintf("no agent reported within agents.stale_after_s=%g", s.cfg.Agents.StaleAfterS)))
+}
+
+// forgetGone removes from the engine table every engine that no agent
+// lists, that is not live and that is not in the engines list, once it
+// has been so for agents.forget_after_s. Agents name engines after their
+// pods, so a fleet that replaces pods would otherwise grow the table (and
+// state.json, /v1/state and the per-engine series) for as long as the
+// core runs. With kubernetes.enabled it does nothing: discovery removes
+// an engine with its pod, and keeps one whose pod is there.
+func (s *Server) forgetGone(nowNs int64) {
+	rm, ok := s.core.(interface{ RemoveEngine(id string) error })
+	if !ok || s.cfg.Kubernetes.Enabled {
+		return
+	}
+	after := int64(s.cfg.Agents.ForgetAfterS * 1e9)
+	engines := s.core.Engines()
+	present := make(map[string]bool, len(engines))
+	for _, e := range engines {
+		present[e.ID] = true
+		if e.Live || s.seeded[e.ID] || s.registry.Listed(e.ID) {
+			delete(s.goneSince, e.ID)
+			continue
+		}
+		since, seen := s.goneSince[e.ID]
+		switch {
+		case !seen:
+			s.goneSince[e.ID] = nowNs
+		case nowNs-since >= after:
+			if err := rm.RemoveEngine(e.ID); err != nil {
+				s.log.Warn("forgetting a gone engine", "engine", e.ID, "err", err)
+				continue
+			}
+			delete(s.goneSince, e.ID)
+			s.forgotten.Inc()
+			s.log.Info("engine forgotten: no agent listed it and it was not live", "engine", e.ID,
+				"gone_s", float64(nowNs-since)/1e9)
+		}
+	}
+	for id := range s.goneSince {
+		if !present[id] {
+			delete(s.goneSince, id)
+		}
+	}
 }

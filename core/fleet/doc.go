@@ -28,7 +28,8 @@
 // Choices where the spec is silent: freshness is judged on the core's
 // clock at receipt, never on the agent's (clocks drift); an engine that a
 // node stops listing in its snapshots is marked not live (the sink has no
-// removal); an engine id claimed by a second node while the first is fresh
+// removal: the service forgets such an engine after agents.forget_after_s,
+// asking Listed); an engine id claimed by a second node while the first is fresh
 // is refused for the second (ids must be fleet-unique); an empty token
 // disables authentication (for tests and loopback only; the service should
 // always pass one).

@@ -509,6 +509,14 @@ func (r *Registry) Sweep(nowNs int64) {
 	})
 }
 
+// Listed reports whether a node the registry has not forgotten owns the
+// engine: it lists the engine now, or it went silent with the engine
+// listed and is not yet forgotten. O(1).
+func (r *Registry) Listed(id string) bool {
+	_, ok := r.owner.Load(id)
+	return ok
+}
+
 // Fresh reports whether any node has reported within the staleness.
 // O(1).
 func (r *Registry) Fresh(nowNs int64) bool {
