@@ -309,9 +309,15 @@ func (c *Config) Validate() error {
 	if c.Auth.Token != "" && c.Auth.Token == c.Auth.AgentToken {
 		bad("auth.agent_token must differ from auth.token, got the same token for routers and agents")
 	}
+	// maxSpanS bounds every duration (a year, as the core's), so that
+	// seconds × 1e9 fits a time.Duration.
+	const maxSpanS = 365 * 24 * 3600
 	pos := func(name string, v float64) {
-		if !(v > 0) || math.IsInf(v, 0) {
+		switch {
+		case !(v > 0):
 			bad("%s must be > 0, got %v", name, v)
+		case v > maxSpanS:
+			bad("%s must be <= %d, got %v", name, maxSpanS, v)
 		}
 	}
 	posInt := func(name string, v int64) {
@@ -340,15 +346,8 @@ func (c *Config) Validate() error {
 	pos("events.max_request_s", c.Events.MaxRequestS)
 	if c.Events.PendingTimeoutS < 0 || c.Events.PendingTimeoutS != c.Events.PendingTimeoutS {
 		bad("events.pending_timeout_s must be >= 0 (0: http.read_timeout_s), got %v", c.Events.PendingTimeoutS)
-	}
-	const maxSpanS = 365 * 24 * 3600
-	for _, f := range []struct {
-		n string
-		v float64
-	}{{"events.max_past_s", c.Events.MaxPastS}, {"events.max_future_s", c.Events.MaxFutureS}, {"events.max_request_s", c.Events.MaxRequestS}, {"events.pending_timeout_s", c.Events.PendingTimeoutS}} {
-		if f.v > maxSpanS {
-			bad("%s must be <= %d, got %v", f.n, maxSpanS, f.v)
-		}
+	} else if c.Events.PendingTimeoutS > maxSpanS {
+		bad("events.pending_timeout_s must be <= %d, got %v", maxSpanS, c.Events.PendingTimeoutS)
 	}
 	posInt("journal.max_segment_bytes", c.Journal.MaxSegmentBytes)
 	posInt("journal.keep_segments", int64(c.Journal.KeepSegments))

@@ -163,3 +163,38 @@ func TestTokenFlagIsRefusedAndTokensAreSplit(t *testing.T) {
 		t.Fatalf("tokens from files: %q %q %v", cfg.Auth.Token, cfg.Auth.AgentToken, err)
 	}
 }
+
+// A duration too large for a time.Duration (seconds × 1e9 past int64) is
+// refused by name at Load: it used to pass, then panic the staleness
+// sweep (agents.sweep_s: NewTicker of a negative interval), turn a
+// timeout off (http.*: a negative duration), or be refused only after
+// data_dir's journal was opened, under the core's own name
+// (http.read_timeout_s as "pending_timeout_s").
+func TestLoadRefusesDurationsPastAYear(t *testing.T) {
+	for _, path := range []string{
+		"agents.sweep_s", "agents.stale_after_s", "agents.forget_after_s", "agents.max_epoch_ahead_s",
+		"journal.retry_s", "http.read_header_timeout_s", "http.read_timeout_s",
+		"http.write_timeout_s", "http.idle_timeout_s", "http.shutdown_timeout_s",
+		"events.max_past_s", "events.max_future_s", "events.max_request_s", "events.pending_timeout_s",
+	} {
+		for _, v := range []string{"1e300", "31536001"} {
+			_, err := Load([]string{"--auth.allow_unauthenticated", "--" + path + "=" + v}, envOf(nil))
+			want := path + " must be <= 31536000, got " + map[string]string{"1e300": "1e+300", "31536001": "3.1536001e+07"}[v]
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("--%s=%s: unexpected error; got %v; want ErrConfig mentioning %q", path, v, err, want)
+			}
+			if strings.Count(err.Error(), path) != 1 {
+				t.Fatalf("--%s=%s: unexpected error; got %v; want %s named once", path, v, err, path)
+			}
+		}
+	}
+	// From the file, +Inf is refused by the same rule.
+	_, err := Load([]string{"--config", writeFile(t, "c.yaml", "auth: {allow_unauthenticated: true}\nagents: {sweep_s: .inf}\n")}, envOf(nil))
+	if want := "agents.sweep_s must be <= 31536000, got +Inf"; !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("sweep_s .inf: unexpected error; got %v; want ErrConfig mentioning %q", err, want)
+	}
+	// A year is still accepted.
+	if _, err := Load([]string{"--auth.allow_unauthenticated", "--agents.forget_after_s=31536000"}, envOf(nil)); err != nil {
+		t.Fatalf("forget_after_s=31536000: unexpected error; got %v; want nil", err)
+	}
+}
