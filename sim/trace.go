@@ -168,11 +168,17 @@ func sortByArrival(reqs []Request) {
 	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].ArrivalNs < reqs[j].ArrivalNs })
 }
 
+// maxTimelineS bounds the workload's timeline (a year): arrival times stay
+// within int64 nanoseconds and the time series Run keeps per sample_s
+// stays bounded.
+const maxTimelineS = 365 * 24 * 3600
+
 // Workload builds the simulated arrival sequence: each trace is compressed
 // by its rate scale (inter-arrival times divided by the scale), traces are
 // concatenated in order (trace k+1 starts one mean inter-arrival gap after
 // the last arrival of trace k), then the slice [fromS, toS) of the
 // resulting timeline is kept (toS ≤ 0: to the end) and re-based to 0.
+// The timeline and the slice bounds must stay within maxTimelineS.
 // scales has one entry per trace, or one entry for all.
 func Workload(traces [][]Request, scales []float64, fromS, toS float64) ([]Request, error) {
 	if len(traces) == 0 {
@@ -186,8 +192,8 @@ func Workload(traces [][]Request, scales []float64, fromS, toS float64) ([]Reque
 			return nil, fmt.Errorf("sim: rate scale %v must be > 0: %w", s, ErrBadConfig)
 		}
 	}
-	if fromS < 0 || (toS > 0 && toS <= fromS) {
-		return nil, fmt.Errorf("sim: slice %v:%v: %w", fromS, toS, ErrBadConfig)
+	if !(fromS >= 0 && fromS <= maxTimelineS) || !(math.Abs(toS) <= maxTimelineS) || (toS > 0 && toS <= fromS) {
+		return nil, fmt.Errorf("sim: slice %v:%v: want 0 <= A < B <= %d seconds (B <= 0: to the end): %w", fromS, toS, maxTimelineS, ErrBadConfig)
 	}
 	var out []Request
 	var offset int64
@@ -201,6 +207,9 @@ func Workload(traces [][]Request, scales []float64, fromS, toS float64) ([]Reque
 		}
 		var last int64
 		for _, r := range tr {
+			if at := float64(offset) + float64(r.ArrivalNs)/scale; !(at <= maxTimelineS*1e9) {
+				return nil, fmt.Errorf("sim: rate scale %v spans trace %d past %d s: %w", scale, k, maxTimelineS, ErrBadConfig)
+			}
 			r.ArrivalNs = offset + int64(float64(r.ArrivalNs)/scale)
 			r.Trace = k
 			out = append(out, r)

@@ -153,3 +153,36 @@ func TestBundledTrace(t *testing.T) {
 		t.Fatalf("unexpected trace; got max input %d, max output %d, span %.2fs; want 7437, 1899, ~3436s", maxIn, maxOut, span)
 	}
 }
+
+// A slice bound that is not a number of seconds within the bounded
+// timeline, or a rate scale that stretches the timeline past it, is
+// refused by name. They used to pass: --slice NaN: kept everything,
+// --slice 1e300: and --rate-scale 1e-12 overflowed the arrival times and
+// panicked Run (makeslice: len out of range) sizing the time series.
+func TestWorkloadRefusesUnboundedTimeline(t *testing.T) {
+	a := []Request{{ArrivalNs: 0, InputTokens: 1}, {ArrivalNs: 10e9, InputTokens: 2}, {ArrivalNs: 20e9, InputTokens: 3}}
+	for _, c := range []struct {
+		scale, from, to float64
+		mention         string
+	}{
+		{1, math.NaN(), 0, "slice NaN:0"},
+		{1, 0, math.NaN(), "slice 0:NaN"},
+		{1, 1e300, 0, "slice 1e+300:0"},
+		{1, 0, 1e300, "slice 0:1e+300"},
+		{1, 0, math.Inf(1), "slice 0:+Inf"},
+		{1, 0, math.Inf(-1), "slice 0:-Inf"},
+		{1e-12, 0, 0, "rate scale 1e-12 spans trace 0 past 31536000 s"},
+		{1e-300, 0, 0, "rate scale 1e-300 spans trace 0 past 31536000 s"},
+	} {
+		w, err := Workload([][]Request{a}, []float64{c.scale}, c.from, c.to)
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), c.mention) {
+			t.Fatalf("Workload(scale %v, slice %v:%v): unexpected result; got %d requests, %v; want ErrBadConfig mentioning %q",
+				c.scale, c.from, c.to, len(w), err, c.mention)
+		}
+	}
+	// Within the bound (20 s at 1e-6: 2e7 s; a slice to a year) is
+	// still a workload.
+	if w, err := Workload([][]Request{a}, []float64{1e-6}, 0, 365*24*3600); err != nil || len(w) != 3 || w[2].ArrivalNs != 2e16 {
+		t.Fatalf("a 2e7 s timeline: unexpected result; got %+v, %v; want 3 requests, the last at 2e16 ns, nil", w, err)
+	}
+}
