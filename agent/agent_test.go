@@ -119,6 +119,12 @@ engines:
 	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: -1", 1), "engines[0].tp = -1")
 	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: 2000", 1), "engines[0].tp = 2000")
 	f(strings.Replace(good, "role: prefill", "role: prefill\n    tp: 4", 1), "engines[0].tp = 4: differs from geometry.tp 1")
+	// A second document used to be ignored, whatever it said; an empty
+	// file was refused as a bare "EOF".
+	f(good+"---\nscrape_interval_s: -1\n", "c.yaml: more than one YAML document")
+	f(good+"---\n", "c.yaml: more than one YAML document")
+	f("", "c.yaml: empty file, no configuration")
+	f("# nothing but a comment\n", "c.yaml: empty file, no configuration")
 }
 
 // fakeWatcher records registrations.

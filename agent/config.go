@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -119,7 +120,8 @@ func (e EngineConfig) TPDegree() int {
 	return int(e.Geometry.TP)
 }
 
-// LoadConfig reads and validates a YAML file; unknown keys are errors.
+// LoadConfig reads and validates a YAML file; unknown keys, an empty
+// file and a second document are errors.
 func LoadConfig(path string) (Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -130,7 +132,14 @@ func LoadConfig(path string) (Config, error) {
 	dec := yaml.NewDecoder(f)
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("%w: %s: empty file, no configuration", ErrConfig, path)
+		}
 		return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: %s: more than one YAML document", ErrConfig, path)
 	}
 	c.Defaults()
 	return c, c.Validate()
