@@ -56,6 +56,10 @@ Usage:
 Flags of run:
 `
 
+// maxGPUMemGiB bounds scrape's -gpu-mem-gib (a PiB): GiB × 2^30 stays
+// within the uint64 bytes CrossCheck takes.
+const maxGPUMemGiB = 1 << 20
+
 func scrape(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scrape", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -76,6 +80,18 @@ func scrape(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&g.TP, "tp", 1, "tensor-parallel degree")
 	memGiB := fs.Float64("gpu-mem-gib", 0, "GPU memory in GiB (for the KV cross-check; 0: skip)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "narwhal-agent scrape: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if !(*memGiB >= 0 && *memGiB <= maxGPUMemGiB) {
+		fmt.Fprintf(stderr, "narwhal-agent scrape: -gpu-mem-gib %v: must be in [0, %d]\n", *memGiB, maxGPUMemGiB)
+		return 2
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "narwhal-agent scrape: -timeout %v: must be > 0\n", *timeout)
 		return 2
 	}
 	if (*url == "") == (*file == "") {
@@ -200,6 +216,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "narwhal-agent: unexpected argument %q (the configuration file is -config FILE)\n", fs.Arg(0))
 		return 2
 	}
 	if *maxConns < 1 {

@@ -51,3 +51,33 @@ func TestScrapeJSONAndErrors(t *testing.T) {
 		t.Fatalf("missing config: exit %d; want 2", code)
 	}
 }
+
+// Bad command-line input is refused by name with exit 2 before anything
+// runs. It used to pass: an argument after the flags was ignored (run
+// /etc/my-agent.yaml ran on the default -config), -gpu-mem-gib NaN or
+// +Inf became 8 EiB of GPU memory and a KV limit of 70 trillion tokens,
+// and -timeout 0 or below failed every scrape as a deadline.
+func TestBadFlagsAreRefused(t *testing.T) {
+	const file = "../../agent/testdata/vllm_new.prom"
+	geom := []string{"-layers", "32", "-kv-heads", "8", "-head-dim", "128", "-dtype-bytes", "2"}
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"run", "-config", "/nonexistent.yaml", "my-agent.yaml"}, `unexpected argument "my-agent.yaml"`},
+		{[]string{"my-agent.yaml"}, `unexpected argument "my-agent.yaml"`},
+		{[]string{"scrape", "-file", file, "extra"}, `unexpected argument "extra"`},
+		{append([]string{"scrape", "-file", file, "-gpu-mem-gib", "NaN"}, geom...), "-gpu-mem-gib NaN: must be in [0, 1048576]"},
+		{append([]string{"scrape", "-file", file, "-gpu-mem-gib", "+Inf"}, geom...), "-gpu-mem-gib +Inf: must be in [0, 1048576]"},
+		{[]string{"scrape", "-file", file, "-gpu-mem-gib", "-1"}, "-gpu-mem-gib -1: must be in [0, 1048576]"},
+		{[]string{"scrape", "-url", "http://127.0.0.1:1/metrics", "-timeout", "0s"}, "-timeout 0s: must be > 0"},
+		{[]string{"scrape", "-url", "http://127.0.0.1:1/metrics", "-timeout", "-1s"}, "-timeout -1s: must be > 0"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, &out, &errb)
+		if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), c.mention) {
+			t.Fatalf("%q: unexpected result; got exit %d, stdout %q, stderr %q; want exit 2, no output, stderr mentioning %q",
+				c.args, code, out.String(), errb.String(), c.mention)
+		}
+	}
+}
