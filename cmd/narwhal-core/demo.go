@@ -75,6 +75,11 @@ func parseDemo(args []string) (demoConfig, error) {
 	if !(dc.rateScale > 0 && dc.rateScale <= 1000) {
 		return dc, fmt.Errorf("demo flags: --rate-scale must be in (0, 1000], got %v", dc.rateScale)
 	}
+	// An empty host would listen on every interface (the port alone, or
+	// nothing at all: a random port there), not where --help says.
+	if host, _, err := net.SplitHostPort(dc.listen); err != nil || host == "" {
+		return dc, fmt.Errorf("demo flags: --listen %q: want HOST:PORT with a host (127.0.0.1:0 picks a free port on loopback; 0.0.0.0:8080 every interface)", dc.listen)
+	}
 	if dc.engines < 2 || dc.engines > 512 {
 		return dc, fmt.Errorf("demo flags: --engines must be in [2, 512], got %d", dc.engines)
 	}

@@ -155,7 +155,8 @@ func TestDemoServesStateWhileDeciding(t *testing.T) {
 }
 
 func TestDemoFlagsRefuseBadValues(t *testing.T) {
-	for _, args := range [][]string{{"--pace", "0"}, {"--pace", "NaN"}, {"--rate-scale", "-1"}, {"--engines", "1"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--pace", "0"}, {"--pace", "NaN"}, {"--rate-scale", "-1"}, {"--engines", "1"}, {"extra"}, {"--nope"},
+		{"--listen", ""}, {"--listen", ":8080"}, {"--listen", "localhost"}} {
 		if _, err := parseDemo(args); err == nil {
 			t.Errorf("parseDemo(%q): got nil error, want one", args)
 		}
@@ -163,6 +164,11 @@ func TestDemoFlagsRefuseBadValues(t *testing.T) {
 	dc, err := parseDemo(nil)
 	if err != nil || dc.listen != "127.0.0.1:8080" || dc.engines != 16 {
 		t.Fatalf("parseDemo(nil) = %+v, %v; want the documented defaults", dc, err)
+	}
+	for _, l := range []string{"0.0.0.0:8080", "[::1]:0", "localhost:0"} {
+		if dc, err := parseDemo([]string{"--listen", l}); err != nil || dc.listen != l {
+			t.Errorf("parseDemo(--listen %s) = %+v, %v; want it taken", l, dc, err)
+		}
 	}
 }
 

@@ -138,6 +138,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		opts = append(opts, sim.WithProgress(stderr))
 		fmt.Fprintf(stderr, "narwhal-sim: %d requests from %d trace(s), policy %s, %d engines\n", len(reqs), len(traces), cfg.Policy, cfg.Engines)
 	}
+	// The configuration is checked before the decisions file is created:
+	// a refused run leaves no file behind.
+	if _, err := cfg.Normalize(); err != nil {
+		return err
+	}
 	if *decisions != "" {
 		f, err := os.Create(*decisions)
 		if err != nil {

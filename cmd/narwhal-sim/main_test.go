@@ -308,3 +308,17 @@ func TestCoreConfigRefusesUnknownFields(t *testing.T) {
 		t.Fatalf("--variant flat: err %v", err)
 	}
 }
+
+// A run refused for its configuration leaves no --decisions file.
+func TestCLIRefusedRunWritesNoDecisions(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "d.jsonl")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--engines", "-1",
+		"--decisions", out, "--quiet"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "engines") {
+		t.Fatalf("--engines -1: err %v, want one naming engines", err)
+	}
+	if _, serr := os.Stat(out); !os.IsNotExist(serr) {
+		t.Fatalf("refused run left %s (stat: %v)", out, serr)
+	}
+}
