@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -392,6 +393,45 @@ func (a *Actuator) patch(ctx context.Context, ref discover.PodRef, labels, annot
 	if err != nil {
 		return fmt.Errorf("BUG: encode patch: %w", err)
 	}
-	_, err = a.client.CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, body, metav1.PatchOptions{})
-	return err
+	return retryTransient(ctx, func() error {
+		_, err := a.client.CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// patchAttempts bounds the tries of one pod write on transient API
+// errors; the waits between them double from patchBackoff (about 1.5 s in
+// all), and ctx ends them sooner.
+const (
+	patchAttempts = 6
+	patchBackoff  = 50 * time.Millisecond
+)
+
+// retryTransient runs fn until it succeeds, fails with an error that is
+// not transient (see transient), patchAttempts have been made or ctx
+// ends, and returns fn's last error.
+func retryTransient(ctx context.Context, fn func() error) error {
+	wait := patchBackoff
+	for i := 1; ; i++ {
+		err := fn()
+		if err == nil || i == patchAttempts || !transient(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// transient reports whether an API error may pass on its own: the server
+// overloaded, timing out or failing internally, or a write conflict.
+func transient(err error) bool {
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsUnexpectedServerError(err) || apierrors.IsConflict(err)
 }

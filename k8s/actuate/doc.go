@@ -35,5 +35,9 @@
 //     sends new-role work to an engine that has not switched.
 //   - A drain that times out aborts the move by default (resident work is
 //     never cut off); Config.SwitchOnDrainTimeout proceeds instead.
+//   - Pod patches are retried on transient API errors (429, 5xx,
+//     timeouts, conflicts), at most 6 tries over about 1.5 s: the patch
+//     that clears the draining mark is the only thing that ever clears
+//     it, and a drained move should not fail on one refused write.
 //   - Defaults: DrainTimeout 5 min, DrainPoll 1 s, SwitchTimeout 10 s.
 package actuate
