@@ -218,7 +218,7 @@ func TestKubeTwoReplicas(t *testing.T) {
 	}
 	want := []string{
 		moved + ` {"metadata":{"annotations":{"narwhal.io/draining":"true"}}}`,
-		moved + ` {"metadata":{"annotations":{"narwhal.io/draining":null},"labels":{"narwhal.io/role":"decode"}}}`,
+		moved + ` [{"op":"test","path":"/metadata/labels/narwhal.io~1role","value":"prefill"},{"op":"replace","path":"/metadata/labels/narwhal.io~1role","value":"decode"},{"op":"test","path":"/metadata/annotations/narwhal.io~1draining","value":"true"},{"op":"remove","path":"/metadata/annotations/narwhal.io~1draining"}]`,
 	}
 	if fmt.Sprint(patched) != fmt.Sprint(want) {
 		t.Fatalf("engine pod patches:\ngot  %q\nwant %q", patched, want)

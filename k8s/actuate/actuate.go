@@ -35,6 +35,10 @@ var (
 	ErrBusy = errors.New("actuate: engine already moving")
 	// ErrRoleMismatch: the pod's role label is not the move's From role.
 	ErrRoleMismatch = errors.New("actuate: pod role differs from move source")
+	// ErrPodChanged: during the move the pod was deleted, replaced by
+	// a pod of the same name, or given another role label by someone
+	// else; the move leaves it as it is.
+	ErrPodChanged = errors.New("actuate: pod changed during the move")
 	// ErrDrainTimeout: the engine still had resident work at DrainTimeout.
 	ErrDrainTimeout = errors.New("actuate: drain timed out")
 	// ErrSwitchEndpoint: the engine's role-switch endpoint refused.
@@ -314,11 +318,79 @@ func (a *Actuator) move(ctx context.Context, m controller.Move, ref discover.Pod
 			return method, fail(err)
 		}
 	}
-	if err := a.patch(ctx, ref, map[string]any{key: a.cfg.Roles.Value(m.To)},
-		map[string]any{podmeta.AnnotationDraining: nil}); err != nil {
+	if err := a.relabel(ctx, ref, pod.UID, m); err != nil {
 		return method, fail(fmt.Errorf("actuate: patch role label: %w", err))
 	}
 	return method, nil
+}
+
+// relabel sets the role label to m.To and removes the draining mark in
+// one JSON patch that applies only while the pod is the one the move
+// drained (its UID) and still carries m.From: a pod deleted, recreated
+// under the same name, or relabelled by someone else during the drain is
+// left as it is (ErrPodChanged).
+func (a *Actuator) relabel(ctx context.Context, ref discover.PodRef, uid types.UID, m controller.Move) error {
+	key := a.cfg.Roles.Key
+	from, to := a.cfg.Roles.Value(m.From), a.cfg.Roles.Value(m.To)
+	pods := a.client.CoreV1().Pods(ref.Namespace)
+	var err error
+	for try := 0; try < 3; try++ {
+		var pod *corev1.Pod
+		if err = retryTransient(ctx, func() (gerr error) {
+			pod, gerr = pods.Get(ctx, ref.Name, metav1.GetOptions{})
+			return gerr
+		}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("%w: pod %s/%s was deleted", ErrPodChanged, ref.Namespace, ref.Name)
+			}
+			return err
+		}
+		switch {
+		case pod.UID != uid:
+			return fmt.Errorf("%w: pod %s/%s was replaced (uid %s, drained %s)", ErrPodChanged, ref.Namespace, ref.Name, pod.UID, uid)
+		case pod.Labels[key] != from:
+			return fmt.Errorf("%w: pod %s/%s now has %s=%q, move is from %q", ErrPodChanged, ref.Namespace, ref.Name, key, pod.Labels[key], from)
+		}
+		type op struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value,omitempty"`
+		}
+		label := "/metadata/labels/" + jsonPointerEscape(key)
+		var ops []op
+		if uid != "" { // every pod an API server stores has one
+			ops = append(ops, op{"test", "/metadata/uid", string(uid)})
+		}
+		ops = append(ops, op{"test", label, from}, op{"replace", label, to})
+		if v, ok := pod.Annotations[podmeta.AnnotationDraining]; ok {
+			ann := "/metadata/annotations/" + jsonPointerEscape(podmeta.AnnotationDraining)
+			ops = append(ops, op{"test", ann, v}, op{Op: "remove", Path: ann})
+		}
+		body, jerr := json.Marshal(ops)
+		if jerr != nil {
+			return fmt.Errorf("BUG: encode patch: %w", jerr)
+		}
+		err = retryTransient(ctx, func() error {
+			_, perr := pods.Patch(ctx, ref.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+			return perr
+		})
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		// A failed test (422 from the API server) means the pod changed
+		// between the read and the patch: read it again. Anything else
+		// the server said is final.
+		if _, isStatus := err.(apierrors.APIStatus); isStatus && !apierrors.IsInvalid(err) &&
+			apierrors.ReasonForError(err) != metav1.StatusReasonInvalid && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// jsonPointerEscape escapes a map key for a JSON pointer (RFC 6901).
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // wrapCtx reports a cancellation caused by Close as ErrClosed.

@@ -146,7 +146,7 @@ func TestMovePatchesOnlyTheMovedPodAfterDrain(t *testing.T) {
 	}
 	wantPatches := []string{
 		`e1:{"metadata":{"annotations":{"narwhal.io/draining":"true"}}}`,
-		`e1:{"metadata":{"annotations":{"narwhal.io/draining":null},"labels":{"narwhal.io/role":"prefill"}}}`,
+		`e1:[{"op":"test","path":"/metadata/labels/narwhal.io~1role","value":"decode"},{"op":"replace","path":"/metadata/labels/narwhal.io~1role","value":"prefill"},{"op":"test","path":"/metadata/annotations/narwhal.io~1draining","value":"true"},{"op":"remove","path":"/metadata/annotations/narwhal.io~1draining"}]`,
 	}
 	if got := patches(cs); strings.Join(got, "\n") != strings.Join(wantPatches, "\n") {
 		t.Fatalf("unexpected patches;\ngot  %q\nwant %q", got, wantPatches)

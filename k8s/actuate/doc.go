@@ -15,8 +15,11 @@
 //     resident work, or DrainTimeout passes;
 //  4. if the pod carries narwhal.io/role-switch-url, POST
 //     {"role": "<to>", "from": "<from>"} to it and require a 2xx;
-//  5. in one merge patch set narwhal.io/role=<to> and remove the draining
-//     annotation; routers watching the label now send the new role's work;
+//  5. in one JSON patch set narwhal.io/role=<to> and remove the draining
+//     annotation; routers watching the label now send the new role's work.
+//     The patch tests the pod's UID and that the label still says <from>:
+//     a pod deleted, recreated under the same name or relabelled by
+//     someone else during the drain is left alone (ErrPodChanged);
 //  6. call done(engineID, nowNs, nil).
 //
 // Any failure after step 2 removes the draining annotation again (the
