@@ -69,6 +69,7 @@ type Discoverer struct {
 	byPod   map[PodRef]string // pod -> engine id it owns
 	engines map[string]entry  // engine id -> its pod and row
 	synced  func() bool
+	pods    cache.Store // the informer's pods (nil before Run)
 
 	sinkErrors prometheus.Counter
 	engCount   prometheus.GaugeFunc
@@ -140,6 +141,7 @@ func (d *Discoverer) Run(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	d.synced = inf.HasSynced
+	d.pods = inf.GetStore()
 	d.mu.Unlock()
 	factory.Start(ctx.Done())
 	<-ctx.Done()
@@ -283,6 +285,7 @@ func (d *Discoverer) forget(ref PodRef) {
 		delete(d.byPod, ref)
 		delete(d.engines, id)
 	}
+	pods := d.pods
 	d.mu.Unlock()
 	if !ok {
 		return
@@ -290,5 +293,38 @@ func (d *Discoverer) forget(ref PodRef) {
 	if err := d.sink.RemoveEngine(id); err != nil {
 		d.sinkErrors.Inc()
 		d.logger.Warn("sink refused removal", "engine", id, "err", err)
+	}
+	d.handOver(pods, id, ref)
+}
+
+// handOver gives engine id, just released by pod gone, to another pod
+// that claims it and was ignored while gone held it (first by namespace
+// and name). That pod may have no event of its own to come, so it is
+// applied now.
+func (d *Discoverer) handOver(pods cache.Store, id string, gone PodRef) {
+	if pods == nil {
+		return
+	}
+	var claims []*corev1.Pod
+	for _, obj := range pods.List() {
+		p, ok := obj.(*corev1.Pod)
+		if ok && podmeta.EngineID(p) == id && (PodRef{Namespace: p.Namespace, Name: p.Name}) != gone {
+			claims = append(claims, p)
+		}
+	}
+	sort.Slice(claims, func(i, j int) bool {
+		if claims[i].Namespace != claims[j].Namespace {
+			return claims[i].Namespace < claims[j].Namespace
+		}
+		return claims[i].Name < claims[j].Name
+	})
+	for _, p := range claims {
+		d.apply(p)
+		d.mu.Lock()
+		_, taken := d.engines[id]
+		d.mu.Unlock()
+		if taken {
+			return
+		}
 	}
 }

@@ -242,3 +242,49 @@ func TestPodEventsKeepAgentFields(t *testing.T) {
 		t.Fatalf("unexpected row after draining mark;\ngot  %+v\nwant %+v", got, want)
 	}
 }
+
+// Two pods claim one engine id (a one-replica Deployment per engine with
+// narwhal.io/engine-id in its template, during a rollout): when the first
+// pod is deleted, the second takes the id over at once, without waiting
+// for an event of its own (there may be none: resync is off).
+func TestDuplicateEngineIDHandsOverOnDelete(t *testing.T) {
+	a := enginePod("a", "decode", "n1", false)
+	a.Labels[podmeta.LabelEngineID] = "shared"
+	cs := fake.NewSimpleClientset(a)
+	sink := &tableSink{}
+	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "first pod", func() bool { return d.HasSynced() && equal(sink.summary(), []string{"shared:decode:false"}) })
+
+	pods := cs.CoreV1().Pods("llm")
+	b := enginePod("b", "prefill", "n2", true)
+	b.Labels[podmeta.LabelEngineID] = "shared"
+	if _, err := pods.Create(ctx, b, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The handler sees events in order: once a's update shows, b's
+	// creation has been handled (and ignored: a owns the id).
+	a = a.DeepCopy()
+	a.Status.Conditions[0].Status = corev1.ConditionTrue
+	if _, err := pods.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "first pod ready", func() bool { return equal(sink.summary(), []string{"shared:decode:true"}) })
+
+	if err := pods.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "second pod to take the id over", func() bool { return equal(sink.summary(), []string{"shared:prefill:true"}) })
+	if ref, ok := d.PodFor("shared"); !ok || ref.Name != "b" {
+		t.Fatalf("PodFor(shared) = %v, %v; want pod b", ref, ok)
+	}
+}

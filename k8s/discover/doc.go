@@ -17,7 +17,9 @@
 //
 // Choices where the spec is silent:
 //   - Two pods claiming one engine id: the first keeps it, the second is
-//     ignored with a warning until the first goes away.
+//     ignored with a warning until the first goes away; then the second
+//     takes the id over at once (from the informer's cache: it may have
+//     no event of its own to come).
 //   - Sink errors are logged and counted
 //     (narwhal_k8s_discovery_sink_errors_total); the next event for that
 //     pod (or the informer's resync) tries again.
