@@ -220,6 +220,39 @@ func (a *Actuator) InFlight() int {
 	return len(a.moving)
 }
 
+// Moving reports whether a move of the engine is in flight here.
+func (a *Actuator) Moving(engineID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.moving[engineID]
+}
+
+// ClearDrainMark removes the narwhal.io/draining annotation from the pod
+// ref names, provided it is still the pod with uid, still marked, and no
+// move of engineID is in flight here; it reports whether it removed the
+// mark. It is for marks an earlier leader left behind (it died, or could
+// not reach the API server, in the middle of a move).
+func (a *Actuator) ClearDrainMark(ctx context.Context, ref discover.PodRef, uid types.UID, engineID string) (bool, error) {
+	if a.Moving(engineID) {
+		return false, nil
+	}
+	ann := "/metadata/annotations/" + jsonPointerEscape(podmeta.AnnotationDraining)
+	var ops []map[string]any
+	if uid != "" { // every pod an API server stores has one
+		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": string(uid)})
+	}
+	ops = append(ops, map[string]any{"op": "test", "path": ann, "value": "true"}, map[string]any{"op": "remove", "path": ann})
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return false, fmt.Errorf("BUG: encode patch: %w", err)
+	}
+	err = retryTransient(ctx, func() error {
+		_, perr := a.client.CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+		return perr
+	})
+	return err == nil, err
+}
+
 // Close cancels moves in flight and waits for them to report.
 func (a *Actuator) Close() error {
 	a.mu.Lock()

@@ -103,3 +103,46 @@ func TestMoveOfDeletedPodFails(t *testing.T) {
 		t.Fatalf("MoveDone err = %v; want ErrPodChanged", res.err)
 	}
 }
+
+// ClearDrainMark clears only the pod it was given (same UID, still
+// marked) and never one this actuator is moving.
+func TestClearDrainMarkGuards(t *testing.T) {
+	marked := func(name string, uid types.UID) *corev1.Pod {
+		p := uidPod(name, "decode", uid)
+		p.Annotations = map[string]string{podmeta.AnnotationDraining: "true"}
+		return p
+	}
+	cs := fake.NewSimpleClientset(marked("e0", "uid-0"), marked("e1", "uid-1"), marked("e2", "uid-2-new"))
+	release := make(chan struct{})
+	defer close(release)
+	block := func(ctx context.Context, _ string) (bool, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return false, nil
+	}
+	a, err := New(cs, testConfig(), locator, block, func(string, int64, error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Start(controller.Move{EngineID: "e1", From: controller.RoleDecode, To: controller.RolePrefill}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	f := func(name string, uid types.UID, want, markAfter bool) {
+		t.Helper()
+		got, err := a.ClearDrainMark(ctx, locator[name], uid, name)
+		if got != want || (want && err != nil) {
+			t.Fatalf("ClearDrainMark(%s, %s) = %v, %v; want %v", name, uid, got, err, want)
+		}
+		if _, mark := getPod(t, cs, name).Annotations[podmeta.AnnotationDraining]; mark != markAfter {
+			t.Fatalf("%s: draining mark present %v; want %v", name, mark, markAfter)
+		}
+	}
+	f("e0", "uid-0", true, false)
+	f("e0", "uid-0", false, false)    // already clear
+	f("e1", "uid-1", false, true)     // moving here
+	f("e2", "uid-2-old", false, true) // another pod of that name
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +20,7 @@ import (
 	"github.com/narwhal-io/narwhal/k8s/actuate"
 	"github.com/narwhal-io/narwhal/k8s/discover"
 	"github.com/narwhal-io/narwhal/k8s/leader"
+	"github.com/narwhal-io/narwhal/k8s/podmeta"
 	"github.com/narwhal-io/narwhal/k8s/statestore"
 )
 
@@ -192,6 +194,8 @@ func (k *Cluster) lead(ctx context.Context) {
 		return
 	}
 	k.labelSelf(ctx, true)
+	stale := k.drainingPods(ctx)
+	sweepAt := time.Now().Add(k.staleDrainAfter())
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -202,9 +206,60 @@ func (k *Cluster) lead(ctx context.Context) {
 			if !k.el.IsLeader() {
 				return
 			}
+			if len(stale) > 0 && !now.Before(sweepAt) {
+				k.clearStaleDrains(ctx, stale)
+				stale = nil
+			}
 			c.Step(now.UnixNano())
 			k.steps.Add(1)
 			k.save(ctx, st)
+		}
+	}
+}
+
+// staleDrainAfter is how long after a term starts a draining mark seen
+// then is taken as left behind: longer than any move an earlier leader
+// started before its term ended can still take (drain, switch call,
+// undo), plus a lease duration and a renew deadline for its retries.
+func (k *Cluster) staleDrainAfter() time.Duration {
+	return dur(k.cfg.DrainTimeoutS) + 2*dur(k.cfg.SwitchTimeoutS) + dur(k.cfg.LeaseDurationS) + dur(k.cfg.RenewDeadlineS)
+}
+
+// drainingPods lists the engine pods marked draining when a term starts
+// (best effort: an error is logged and nothing is swept this term).
+func (k *Cluster) drainingPods(ctx context.Context) []corev1.Pod {
+	dc := k.cfg.discoverConfig()
+	list, err := k.client.CoreV1().Pods(dc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: dc.Selector})
+	if err != nil {
+		k.logger.Warn("cannot list engine pods for stale drain marks", "err", err)
+		return nil
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if podmeta.Draining(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// clearStaleDrains removes the draining mark from pods that still carry
+// it (same UID) and that this replica is not moving: an earlier leader
+// that died or lost the API server in the middle of a move left it, and
+// nothing else would ever clear it (the engine would stay not live on
+// every replica, and the leader's row in the role the saved state gave it
+// rather than its label's). The pod event that follows upserts the
+// engine, live, in its label's role.
+func (k *Cluster) clearStaleDrains(ctx context.Context, pods []corev1.Pod) {
+	for i := range pods {
+		p := &pods[i]
+		ref := discover.PodRef{Namespace: p.Namespace, Name: p.Name}
+		cleared, err := k.act.ClearDrainMark(ctx, ref, p.UID, podmeta.EngineID(p))
+		switch {
+		case cleared:
+			k.logger.Warn("cleared a draining mark an earlier leader left", "pod", p.Namespace+"/"+p.Name)
+		case err != nil:
+			k.logger.Info("draining mark not cleared (pod changed, gone or moving)", "pod", p.Namespace+"/"+p.Name, "err", err)
 		}
 	}
 }

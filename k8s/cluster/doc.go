@@ -29,4 +29,10 @@
 //     and dwell. A state that cannot be decoded is logged and ignored.
 //   - Moves in flight when a term ends are not cancelled: the pod patches
 //     are idempotent and the new leader reads the saved target role.
+//   - A draining mark (narwhal.io/draining) that an engine pod carries
+//     when a term starts, and still carries (same pod UID) once any move
+//     an earlier leader started must have ended (drain_timeout_s + 2 ×
+//     switch_timeout_s + lease_duration_s + renew_deadline_s), is
+//     removed unless this replica is moving that engine: a leader killed
+//     mid-move leaves it, and it would keep the engine not live for good.
 package cluster

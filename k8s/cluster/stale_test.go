@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/podmeta"
+)
+
+// idleCore never decides: the test watches what a term does besides steps.
+type idleCore struct{ *controller.Controller }
+
+func (idleCore) Step(int64) controller.Decision { return controller.Decision{} }
+
+// A leader killed in the middle of a move (OOM, node loss) leaves its
+// engine pod marked draining: not live on any replica, and its saved
+// state names the move's target role while the pod's label still says
+// the source. The next leader clears such a mark once every move an
+// earlier leader could still be running has ended, so the engine serves
+// again in the role its label says.
+func TestNewLeaderClearsDrainMarkOfCrashedLeader(t *testing.T) {
+	left := enginePod("p0", "prefill")
+	left.UID = "uid-p0"
+	left.Annotations[podmeta.AnnotationDraining] = "true"
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "core-0"}}
+	// The crashed leader saved p0 in the move's target role.
+	saved, err := json.Marshal(controller.PersistedState{Version: 1, Seq: 3,
+		Engines: []controller.PersistedEngine{{ID: "d0", Role: controller.RoleDecode}, {ID: "p0", Role: controller.RoleDecode}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "narwhal-core-state"},
+		Data: map[string]string{"controller-state.json": string(saved)}}
+	cs := fake.NewSimpleClientset(self, state, left, enginePod("d0", "decode"))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := testConfig()
+	cfg.DrainTimeoutS, cfg.SwitchTimeoutS = 0.2, 0.1
+	k, err := New(cs, cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
+	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "leadership", k.IsLeader)
+	waitFor(t, "the stale drain mark to be cleared", func() bool {
+		p, err := cs.CoreV1().Pods("llm").Get(ctx, "p0", metav1.GetOptions{})
+		return err == nil && p.Annotations[podmeta.AnnotationDraining] == ""
+	})
+	waitFor(t, "p0 to serve as prefill again", func() bool {
+		for _, e := range ctl.Engines() {
+			if e.ID == "p0" {
+				return e.Live && e.Role == controller.RolePrefill && e.State == controller.StateServing
+			}
+		}
+		return false
+	})
+	if got := ctl.Roles().RoleOf("p0"); got != controller.RolePrefill {
+		t.Fatalf("role table: p0 is %v; want prefill", got)
+	}
+	if r := roles(t, cs); r["p0"] != "prefill" || r["d0"] != "decode" {
+		t.Fatalf("pod roles %v", r)
+	}
+}
