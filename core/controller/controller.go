@@ -61,6 +61,10 @@ type Controller struct {
 	busy     []busyAcc
 	index    map[string]int
 	restored map[string]PersistedEngine
+	// restoredUntilNs: when the restored entries no engine has claimed
+	// are dropped (set at the first step after a Restore; see
+	// expireRestored).
+	restoredUntilNs int64
 
 	table   atomic.Pointer[RoleTable]
 	version uint64
@@ -755,6 +759,7 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	if n := c.clampFuture(nowNs); n > 0 {
 		c.log.Warn("times after this step read as its time (the clock stepped back, or the state was saved under a clock ahead)", "at_ns", nowNs, "times", n)
 	}
+	c.expireRestored(nowNs)
 	c.freeze(nowNs, in)
 	d := c.decide(nowNs)
 	c.journal.add(d)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/narwhal-io/narwhal/core/buckets"
@@ -654,6 +655,58 @@ func TestRestoredRoleWinsOverRegisteredRole(t *testing.T) {
 	}
 	if got := c.Roles().RoleOf("late"); got != RolePrefill {
 		t.Errorf("engine late: role %s after a second registration as prefill; want prefill", got)
+	}
+}
+
+// TestRestoredRolesOfAbsentEnginesExpire: a saved role that no engine has
+// claimed an hour after the first step that follows the Restore is
+// dropped from the state (which would otherwise keep every pod that died
+// around a restart or a failover, and outgrow its ConfigMap); one claimed
+// in time is applied; a second Restore starts the hour again.
+func TestRestoredRolesOfAbsentEnginesExpire(t *testing.T) {
+	ids := func(st PersistedState) []string {
+		var out []string
+		for _, e := range st.Engines {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	st := PersistedState{Version: 1, Engines: []PersistedEngine{
+		{ID: "back", Role: RoleDecode, LastMoveNs: t0},
+		{ID: "gone", Role: RoleDecode, LastMoveNs: t0},
+	}}
+	c := newTestController(t, testConfig(), 1, 1)
+	if err := c.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	c.Step(t0+sec, Inputs{})
+	if err := c.UpsertEngine(Engine{ID: "back", Role: RolePrefill, Live: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Roles().RoleOf("back"); got != RoleDecode {
+		t.Fatalf("engine back: role %s; want the saved decode", got)
+	}
+	c.Step(t0+sec+3599*sec, Inputs{})
+	if got := ids(c.State()); !slices.Contains(got, "gone") {
+		t.Fatalf("state 3599 s after the first step lacks the saved engine gone: %v", got)
+	}
+	c.Step(t0+sec+3600*sec, Inputs{})
+	if got := ids(c.State()); slices.Contains(got, "gone") || !slices.Contains(got, "back") {
+		t.Fatalf("state an hour after the first step: %v; want back and not gone", got)
+	}
+	// A new Restore (a new term) keeps its entries for an hour from its
+	// own first step.
+	if err := c.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	c.Step(t0+2*3600*sec, Inputs{})
+	c.Step(t0+3*3600*sec-sec, Inputs{})
+	if got := ids(c.State()); !slices.Contains(got, "gone") {
+		t.Fatalf("state within the hour of the second restore lacks gone: %v", got)
+	}
+	c.Step(t0+3*3600*sec, Inputs{})
+	if got := ids(c.State()); slices.Contains(got, "gone") {
+		t.Fatalf("state an hour after the second restore's first step still has gone: %v", got)
 	}
 }
 

@@ -104,6 +104,7 @@ func (c *Controller) Restore(st PersistedState) error {
 	if len(c.risks) > riskCap {
 		c.risks = c.risks[len(c.risks)-riskCap:]
 	}
+	c.restoredUntilNs = 0 // the next step starts restoredTTLNs again
 	for _, pe := range st.Engines {
 		if i, ok := c.index[pe.ID]; ok {
 			e := &c.engines[i]
@@ -335,4 +336,31 @@ func (c *Controller) LatestEvidence() (DemandEvidence, uint64, bool) {
 		return DemandEvidence{}, 0, false
 	}
 	return *c.lastEv, c.lastEvAt, true
+}
+
+// restoredTTLNs is how long after the first step that follows a Restore
+// the saved role of an engine that has not been registered since is
+// kept. Agents report within seconds and discovery lists every pod at
+// once, so an engine still missing after an hour is gone (its pod
+// replaced, its node removed); without the bound every pod that died
+// around a restart or a failover stayed in the saved state for good, and
+// the state grew until it no longer fit its ConfigMap. An engine that
+// comes back later starts from the role it is registered with (in a
+// cluster, its pod's role label, which a move sets).
+const restoredTTLNs = int64(time.Hour)
+
+// expireRestored drops the restored entries no engine has claimed once
+// restoredTTLNs has passed since the first step after the Restore
+// (caller holds mu).
+func (c *Controller) expireRestored(nowNs int64) {
+	switch {
+	case len(c.restored) == 0:
+		c.restoredUntilNs = 0
+	case c.restoredUntilNs == 0:
+		c.restoredUntilNs = nowNs + restoredTTLNs
+	case nowNs >= c.restoredUntilNs:
+		c.log.Info("saved roles of engines not registered since the restore dropped", "engines", len(c.restored))
+		clear(c.restored)
+		c.restoredUntilNs = 0
+	}
 }
