@@ -22,7 +22,10 @@
 //     no event of its own to come).
 //   - Sink errors are logged and counted
 //     (narwhal_k8s_discovery_sink_errors_total); the next event for that
-//     pod (or the informer's resync) tries again.
+//     pod tries again, and so does the informer's resync when
+//     Config.ResyncPeriod sets one (the core's cluster wiring sets none:
+//     the core refuses an engine for what the pod says, which a resync
+//     would not change).
 //   - A pod whose role label is missing or invalid is treated as absent.
 //   - Discovery owns id, node, model, GPU, role and liveness (pod Running,
 //     Ready, not deleting, not draining). When the sink implements
