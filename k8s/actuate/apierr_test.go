@@ -41,19 +41,10 @@ func failPatches(cs *fake.Clientset, err error, fail ...int) {
 func TestAbortedMoveClearsDrainMarkDespiteTransientError(t *testing.T) {
 	cs := fake.NewSimpleClientset(newPod("e1", "decode"))
 	failPatches(cs, apierrors.NewServiceUnavailable("etcd leader changed"), 2)
-	rec := &recorder{ch: make(chan result, 1)}
 	cfg := testConfig()
 	cfg.DrainTimeout = 10 * time.Millisecond
 	never := func(context.Context, string) (bool, error) { return false, nil }
-	a, err := New(cs, cfg, locator, never, rec.done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if err := a.Start(controller.Move{EngineID: "e1", From: controller.RoleDecode, To: controller.RolePrefill}); err != nil {
-		t.Fatal(err)
-	}
-	if res := rec.wait(t); !errors.Is(res.err, ErrDrainTimeout) {
+	if res := moveE1(t, cs, cfg, never); !errors.Is(res.err, ErrDrainTimeout) {
 		t.Fatalf("got %v; want ErrDrainTimeout", res.err)
 	}
 	p := getPod(t, cs, "e1")
@@ -70,16 +61,7 @@ func TestAbortedMoveClearsDrainMarkDespiteTransientError(t *testing.T) {
 func TestFinalPatchRetriesTransientError(t *testing.T) {
 	cs := fake.NewSimpleClientset(newPod("e1", "decode"))
 	failPatches(cs, apierrors.NewTooManyRequests("slow down", 0), 2)
-	rec := &recorder{ch: make(chan result, 1)}
-	a, err := New(cs, testConfig(), locator, func(context.Context, string) (bool, error) { return true, nil }, rec.done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if err := a.Start(controller.Move{EngineID: "e1", From: controller.RoleDecode, To: controller.RolePrefill}); err != nil {
-		t.Fatal(err)
-	}
-	if res := rec.wait(t); res.err != nil {
+	if res := moveE1(t, cs, testConfig(), drainedNow); res.err != nil {
 		t.Fatalf("got %v; want success", res.err)
 	}
 	p := getPod(t, cs, "e1")
@@ -95,16 +77,7 @@ func TestFinalPatchRetriesTransientError(t *testing.T) {
 func TestPatchDoesNotRetryPermanentError(t *testing.T) {
 	cs := fake.NewSimpleClientset(newPod("e1", "decode"))
 	failPatches(cs, apierrors.NewForbidden(podsGR, "e1", errors.New("rbac")), 1)
-	rec := &recorder{ch: make(chan result, 1)}
-	a, err := New(cs, testConfig(), locator, func(context.Context, string) (bool, error) { return true, nil }, rec.done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if err := a.Start(controller.Move{EngineID: "e1", From: controller.RoleDecode, To: controller.RolePrefill}); err != nil {
-		t.Fatal(err)
-	}
-	if res := rec.wait(t); !apierrors.IsForbidden(res.err) {
+	if res := moveE1(t, cs, testConfig(), drainedNow); !apierrors.IsForbidden(res.err) {
 		t.Fatalf("got %v; want Forbidden", res.err)
 	}
 	if got := len(patches(cs)); got != 1 {
@@ -113,3 +86,21 @@ func TestPatchDoesNotRetryPermanentError(t *testing.T) {
 }
 
 var podsGR = schema.GroupResource{Resource: "pods"}
+
+// moveE1 moves e1 from decode to prefill on cs with cfg, drained telling
+// the drain's outcome, and returns what the actuator reported.
+func moveE1(t *testing.T, cs *fake.Clientset, cfg Config, drained func(context.Context, string) (bool, error)) result {
+	t.Helper()
+	rec := &recorder{ch: make(chan result, 1)}
+	a, err := New(cs, cfg, locator, drained, rec.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Start(controller.Move{EngineID: "e1", From: controller.RoleDecode, To: controller.RolePrefill}); err != nil {
+		t.Fatal(err)
+	}
+	return rec.wait(t)
+}
+
+func drainedNow(context.Context, string) (bool, error) { return true, nil }

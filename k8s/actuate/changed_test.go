@@ -19,24 +19,14 @@ import (
 // and returns the move's outcome.
 func moveWithDrainHook(t *testing.T, cs *fake.Clientset, during func(*fake.Clientset)) result {
 	t.Helper()
-	rec := &recorder{ch: make(chan result, 1)}
 	once := false
-	drained := func(context.Context, string) (bool, error) {
+	return moveE1(t, cs, testConfig(), func(context.Context, string) (bool, error) {
 		if !once {
 			once = true
 			during(cs)
 		}
 		return true, nil
-	}
-	a, err := New(cs, testConfig(), locator, drained, rec.done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if err := a.Start(controller.Move{EngineID: "e1", From: controller.RoleDecode, To: controller.RolePrefill}); err != nil {
-		t.Fatal(err)
-	}
-	return rec.wait(t)
+	})
 }
 
 func uidPod(name, role string, uid types.UID) *corev1.Pod {
