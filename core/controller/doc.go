@@ -324,8 +324,9 @@
 // engine upserted without a role takes its restored role, else the role
 // with fewer engines. A restored role no engine has claimed an hour after
 // the first step that follows the Restore is dropped (the engine is gone;
-// the saved state would otherwise keep every such engine for good). UpsertEngines registers a batch with one role-table
-// rebuild (an agent's snapshot of new engines). PersistedState (roles,
+// the saved state would otherwise keep every such engine for good).
+// UpsertEngines registers a batch with one role-table rebuild (an agent's
+// snapshot of new engines). PersistedState (roles,
 // last move times and direction, pending confirmation, risk events,
 // sequence) is written atomically by SaveState (temp file, fsync,
 // rename); an engine mid-move is saved in its target role; the saved

@@ -136,3 +136,25 @@ func TestClearDrainMarkGuards(t *testing.T) {
 	f("e1", "uid-1", false, true)     // moving here
 	f("e2", "uid-2-old", false, true) // another pod of that name
 }
+
+// The draining mark emptied by someone during the drain (the annotation
+// kept with an empty value): the move still lands. The conditional patch
+// tests that empty value, and a test op that dropped "value" (a string
+// field with omitempty) would fail on the API server's JSON patch.
+func TestMoveLandsWhenDrainMarkWasEmptied(t *testing.T) {
+	cs := fake.NewSimpleClientset(uidPod("e1", "decode", "uid-1"))
+	res := moveWithDrainHook(t, cs, func(cs *fake.Clientset) {
+		p := getPod(t, cs, "e1")
+		p.Annotations[podmeta.AnnotationDraining] = ""
+		if _, err := cs.CoreV1().Pods("llm").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if res.err != nil {
+		t.Fatalf("move: %v; want done", res.err)
+	}
+	p := getPod(t, cs, "e1")
+	if _, ok := p.Annotations[podmeta.AnnotationDraining]; ok || p.Labels[podmeta.LabelRole] != "prefill" {
+		t.Fatalf("after the move: labels %v annotations %v", p.Labels, p.Annotations)
+	}
+}
