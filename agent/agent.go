@@ -61,8 +61,14 @@ type engineState struct {
 	lastTryNs  int64
 	deadAtNs   int64 // exit / port close seen at; 0 none
 	deadReason string
-	limit      engine.KVLimit
-	sock       liveness.Socket // the watched listener (Port 0: none)
+	// deaths counts the exits/closes recorded; a successful scrape
+	// revives the engine only when none was recorded while it ran (it
+	// began after the exit), judged by order, not by clocks: watchers
+	// stamp events with their own clock (eBPF: the wall clock at its start
+	// plus monotonic time), which a stepped wall clock leaves behind.
+	deaths uint64
+	limit  engine.KVLimit
+	sock   liveness.Socket // the watched listener (Port 0: none)
 	// latency is what the engine's latency counters gained between its
 	// last two successful scrapes, sent once with the next snapshot.
 	latency *controller.LatencyInterval
@@ -269,8 +275,9 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 	a.mu.Lock()
 	engines := a.engines // SetEngines swaps the slice, never edits it
 	cfgs := make([]EngineConfig, len(engines))
+	deaths := make([]uint64, len(engines))
 	for i, e := range engines {
-		cfgs[i] = e.cfg
+		cfgs[i], deaths[i] = e.cfg, e.deaths
 	}
 	a.mu.Unlock()
 	res := make([]result, len(engines))
@@ -334,7 +341,7 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			e.backlog = e.rate.Price(r.m.Waiting, r.m.Running, r.m.Latency)
 			e.metrics, e.scrapeErr, e.lastOKNs = r.m, "", nowNs
 			a.scrapes.WithLabelValues(e.cfg.ID, "ok").Inc()
-			if e.deadAtNs != 0 && e.deadAtNs < nowNs {
+			if e.deadAtNs != 0 && e.deaths == deaths[i] {
 				// the engine answers again after an exit/close: restarted
 				e.deadAtNs, e.deadReason = 0, ""
 			}
@@ -501,6 +508,7 @@ func (a *Agent) HandleLiveness(ev liveness.Event) {
 	case liveness.Exited, liveness.PortClosed:
 		if e.deadAtNs == 0 {
 			e.deadAtNs, e.deadReason = ev.AtNs, ev.Kind.String()
+			e.deaths++
 			out = &wire.Liveness{Engine: e.cfg.ID, Live: false, Reason: ev.Kind.String(), PID: ev.PID, Port: ev.Port, AtNs: ev.AtNs}
 		}
 	case liveness.PortOpened:

@@ -241,3 +241,35 @@ func TestEngineNodeFilter(t *testing.T) {
 		t.Fatalf("unexpected engines for n1; got %v; want [a c]", h.Engines)
 	}
 }
+
+// A restarted engine is live again at its first successful scrape after
+// the exit, whatever the wall clock says: the eBPF watcher stamps events
+// with the clock as it was at its start plus monotonic time, so after the
+// node's clock steps back an exit carries a time later than the agent's
+// clock for the length of the step.
+func TestRestartedEngineLiveAfterClockStepsBack(t *testing.T) {
+	eng, body := fakeEngine(t, "sglang.prom")
+	good, _ := os.ReadFile(filepath.Join("testdata", "sglang.prom"))
+	a, err := New(Config{Node: "n", Engines: []EngineConfig{{ID: "s1", Kind: engine.SGLang, MetricsURL: eng.URL, PID: 4242}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const t0, hour = int64(1_700_000_000e9), int64(3600e9)
+	if e := a.Collect(ctx, t0).Engines[0]; !e.Live {
+		t.Fatalf("engine not live at start; got %+v", e)
+	}
+	// the exit, stamped t0+1s; the node's clock then steps back an hour
+	a.HandleLiveness(liveness.Event{Kind: liveness.Exited, PID: 4242, AtNs: t0 + 1e9})
+	body.Store([]byte("<html>502</html>"))
+	if e := a.Collect(ctx, t0+2e9-hour).Engines[0]; e.Live {
+		t.Fatalf("engine live while its endpoint fails; got %+v", e)
+	}
+	// restarted and answering: live at once, not an hour later
+	body.Store(good)
+	for _, now := range []int64{t0 + 3e9 - hour, t0 + 4e9 - hour} {
+		if e := a.Collect(ctx, now).Engines[0]; !e.Live || e.ScrapeError != "" {
+			t.Fatalf("restarted engine at %d: %+v; want live (the scrape after the exit worked)", now, e)
+		}
+	}
+}
