@@ -58,7 +58,10 @@ func (m *Manager) Devices(ctx context.Context, nowNs int64) ([]Device, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.st.Available {
-		if nowNs < m.st.NextRetryNs {
+		// Not due before NextRetryNs, unless the clock stepped back
+		// behind the failure (NextRetryNs − backoff): then waiting for
+		// NextRetryNs could keep NVML degraded for the length of the step.
+		if nowNs < m.st.NextRetryNs && nowNs >= m.st.NextRetryNs-m.backoff {
 			return nil, fmt.Errorf("%w: %s", ErrUnavailable, m.st.Reason)
 		}
 		m.st.Attempts++

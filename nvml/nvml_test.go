@@ -226,6 +226,43 @@ func TestManagerLibraryNotFoundDegradesAndRetries(t *testing.T) {
 	}
 }
 
+// NVML failing mid-run (a GPU fallen off the bus) degrades the manager,
+// which retries after its backoff. When the node's clock steps back
+// behind the failure, the retry is due at once (the elapsed time is
+// unknown), not once the clock has caught up with the old time.
+func TestManagerRetriesAfterTheClockStepsBack(t *testing.T) {
+	lost := false
+	s := dgxh100.New()
+	lib := &mock.Interface{
+		InitFunc:     func() gonvml.Return { return gonvml.SUCCESS },
+		ShutdownFunc: func() gonvml.Return { return gonvml.SUCCESS },
+		DeviceGetCountFunc: func() (int, gonvml.Return) {
+			if lost {
+				return 0, gonvml.ERROR_GPU_IS_LOST
+			}
+			return s.DeviceGetCount()
+		},
+		DeviceGetHandleByIndexFunc: s.DeviceGetHandleByIndex,
+	}
+	m := NewManager(lib, time.Second, nil)
+	ctx := context.Background()
+	const t0, hour = int64(1_700_000_000e9), int64(3600e9)
+	if _, err := m.Devices(ctx, t0); err != nil {
+		t.Fatal(err)
+	}
+	lost = true
+	if _, err := m.Devices(ctx, t0+1e9); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("GPU lost: %v; want ErrUnavailable", err)
+	}
+	lost = false
+	// the clock steps back an hour: the one-second retry is not an hour away
+	ds, err := m.Devices(ctx, t0+3e9-hour)
+	if st := m.Status(); err != nil || len(ds) != 8 || !st.Available || st.Attempts != 2 {
+		t.Fatalf("after the clock stepped back: %d devices, %v, status %+v; want 8 devices, NVML available again after 2 attempts",
+			len(ds), err, st)
+	}
+}
+
 func TestRealLibraryMissing(t *testing.T) {
 	c := NewClient(Library(), 5*time.Second, nil)
 	err := c.Init(context.Background())
