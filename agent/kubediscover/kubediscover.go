@@ -257,7 +257,8 @@ func (d *Discoverer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.kick:
-			d.publish(ctx, false)
+			// a pod that just started has GPUs the last map lacks
+			d.publish(ctx, true)
 		case <-refresh.C:
 			d.publish(ctx, true)
 		}

@@ -1,11 +1,15 @@
 package kubediscover
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/narwhal-io/narwhal/agent"
+	"github.com/narwhal-io/narwhal/agent/podresources"
 	"github.com/narwhal-io/narwhal/nvml"
 )
 
@@ -104,5 +109,83 @@ func TestCrossCheckWithNVMLProcesses(t *testing.T) {
 	}
 	if pid := d.crossCheck(pod, nil, devs); pid != 0 {
 		t.Fatalf("no GPUs: pid %d", pid)
+	}
+}
+
+// kubeletGPUs is a PodResources source whose assignments change.
+type kubeletGPUs struct {
+	mu sync.Mutex
+	m  map[podresources.PodRef][]string
+}
+
+func (k *kubeletGPUs) GPUs(context.Context) (map[podresources.PodRef][]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[podresources.PodRef][]string{}
+	for p, g := range k.m {
+		out[p] = append([]string(nil), g...)
+	}
+	return out, nil
+}
+
+// A pod that starts on the node after discovery began is published with
+// the GPUs the kubelet gave it: the GPU map is re-read on a pod change,
+// not only every gpu_refresh_s.
+func TestNewPodGetsItsGPUsWithoutWaitingForTheRefresh(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	kubelet := &kubeletGPUs{m: map[podresources.PodRef][]string{{Namespace: "llm", Name: "a"}: {"GPU-a"}}}
+	var (
+		mu   sync.Mutex
+		last []agent.EngineConfig
+	)
+	d, err := New(client, Config{GPURefreshS: 3600}, "node-a", func(l []agent.EngineConfig) { mu.Lock(); last = l; mu.Unlock() },
+		WithGPUs(kubelet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpusOf := func() map[string][]string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string][]string{}
+		for _, e := range last {
+			out[e.ID] = e.GPUs
+		}
+		return out
+	}
+	waitUntil := func(what string, cond func(map[string][]string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond(gpusOf()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; engines' GPUs %v", what, gpusOf())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	create := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(enginePod("a", nil, nil, nil, 1))
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	waitUntil("engine a", func(g map[string][]string) bool { return len(g["a"]) == 1 })
+	// the kubelet admits pod b with GPU-b; b starts running
+	kubelet.mu.Lock()
+	kubelet.m[podresources.PodRef{Namespace: "llm", Name: "b"}] = []string{"GPU-b"}
+	kubelet.mu.Unlock()
+	create(enginePod("b", nil, nil, nil, 1))
+	waitUntil("engine b", func(g map[string][]string) bool { _, ok := g["b"]; return ok })
+	time.Sleep(50 * time.Millisecond) // a later publish, if any, has landed
+	if g := gpusOf(); !reflect.DeepEqual(g["b"], []string{"GPU-b"}) || !reflect.DeepEqual(g["a"], []string{"GPU-a"}) {
+		t.Fatalf("engines' GPUs %v; want a [GPU-a], b [GPU-b]", g)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
