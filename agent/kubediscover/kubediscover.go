@@ -86,7 +86,8 @@ type Config struct {
 	// PodResourcesSocket is the kubelet's socket ("" the default path;
 	// "none" disables the GPU map).
 	PodResourcesSocket string `yaml:"pod_resources_socket"`
-	// GPURefreshS is how often the kubelet's GPU assignments are re-read.
+	// GPURefreshS is how often the kubelet's GPU assignments are re-read
+	// when no pod changes (a pod change re-reads them at once).
 	GPURefreshS float64 `yaml:"gpu_refresh_s"`
 }
 
@@ -251,17 +252,15 @@ func (d *Discoverer) Run(ctx context.Context) error {
 	}
 	refresh := time.NewTicker(time.Duration(d.cfg.GPURefreshS * float64(time.Second)))
 	defer refresh.Stop()
-	d.publish(ctx, true)
+	d.publish(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-d.kick:
-			// a pod that just started has GPUs the last map lacks
-			d.publish(ctx, true)
+		case <-d.kick: // a pod that just started has GPUs the last map lacks
 		case <-refresh.C:
-			d.publish(ctx, true)
 		}
+		d.publish(ctx)
 	}
 }
 
@@ -297,13 +296,10 @@ func (d *Discoverer) poke() {
 	}
 }
 
-// publish builds the engine list and hands it to the sink when it
-// changed; withGPUs re-reads the kubelet's GPU map first.
-func (d *Discoverer) publish(ctx context.Context, withGPUs bool) {
-	d.mu.Lock()
-	needGPUs := withGPUs || d.gpuMap == nil
-	d.mu.Unlock()
-	if needGPUs && d.gpus != nil {
+// publish re-reads the kubelet's GPU map, builds the engine list and
+// hands it to the sink when it changed.
+func (d *Discoverer) publish(ctx context.Context) {
+	if d.gpus != nil {
 		m, err := d.gpus.GPUs(ctx)
 		if err != nil {
 			d.log.Warn("GPU map unavailable; engines keep their last GPUs", "err", err)

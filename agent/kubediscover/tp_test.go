@@ -142,7 +142,7 @@ func TestDiscoveredTPReachesTheReport(t *testing.T) {
 		d.put(p)
 	}
 	ctx := context.Background()
-	d.publish(ctx, true)
+	d.publish(ctx)
 	if sinkErr != nil {
 		t.Fatal(sinkErr)
 	}
