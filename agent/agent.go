@@ -126,7 +126,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		a.now = func() int64 { return time.Now().UnixNano() }
 	}
 	if a.http == nil {
-		a.http = &http.Client{Timeout: 5 * time.Second}
+		a.http = &http.Client{Timeout: 5 * time.Second, CheckRedirect: sameHostGET}
 	}
 	if a.epoch == 0 {
 		a.epoch = uint64(max(a.now(), 1))
@@ -667,4 +667,17 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// sameHostGET is the agent's redirect policy: a GET follows a redirect on
+// the same host (an engine's /metrics answered with /metrics/); nothing
+// else does, and the 3xx answer is taken as it is (an error for a scrape
+// and for the core). Following a scrape to another host would count that
+// host's numbers as the engine's; a POST to the core would be resent as a
+// GET without its body, and to another host without its token.
+func sameHostGET(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 || via[0].Method != http.MethodGet || req.URL.Host != via[0].URL.Host {
+		return http.ErrUseLastResponse
+	}
+	return nil
 }

@@ -17,6 +17,11 @@
 // outage (the core may have restarted), and sends a heartbeat when idle.
 //
 // Choices where the spec is silent:
+//   - Redirects: a scrape follows one on the engine's own host (a
+//     mounted metrics app answers /metrics with /metrics/) and no other
+//     (another host's numbers would count as the engine's); a report to
+//     the core follows none (a 3xx is an error naming the target: set
+//     core_url to the core's own address).
 //   - Resident work: DecodeSeqs = running requests, KVTokens = KV tokens
 //     in use (vLLM: usage fraction × capacity; SGLang: num_used_tokens).
 //   - Prefill backlog (QueuedPrefillS, RunningPrefillS). Source: the

@@ -84,7 +84,7 @@ func NewStreamer(cfg StreamConfig) *Streamer {
 		cfg.BackoffMax = max(10*time.Second, cfg.BackoffMin)
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 5 * time.Second}
+		cfg.Client = &http.Client{Timeout: 5 * time.Second, CheckRedirect: sameHostGET}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -331,6 +331,9 @@ func (s *Streamer) sendOnce(ctx context.Context) error {
 		s.errs.WithLabelValues(fmt.Sprint(resp.StatusCode)).Inc()
 	}
 	if !settled {
+		if loc := resp.Header.Get("Location"); resp.StatusCode/100 == 3 && loc != "" {
+			return fmt.Errorf("agent: core answered %d, a redirect to %s, which the agent does not follow: set core_url to the core's own address", resp.StatusCode, loc)
+		}
 		return fmt.Errorf("agent: core answered %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
 	s.mu.Lock()
