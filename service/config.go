@@ -20,6 +20,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/profile"
 )
@@ -341,6 +342,9 @@ func (c *Config) Validate() error {
 		bad("http.max_line_bytes must be <= http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxLineBytes)
 	}
 	posInt("events.max_tokens", c.Events.MaxTokens)
+	if c.Events.MaxTokens > buckets.MaxTokens {
+		bad("events.max_tokens must be <= %d (the most the core records), got %d", buckets.MaxTokens, c.Events.MaxTokens)
+	}
 	pos("events.max_past_s", c.Events.MaxPastS)
 	pos("events.max_future_s", c.Events.MaxFutureS)
 	pos("events.max_request_s", c.Events.MaxRequestS)

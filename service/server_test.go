@@ -95,7 +95,7 @@ func TestBadInputRefused(t *testing.T) {
 	f("not an object", testToken, `"refused"`, 422, "expected '{'")
 	f("unknown type", testToken, fmt.Sprintf(`{"type":"teleported","ts_ns":%d}`, ts(0)), 422, `unknown event type: \"teleported\"`)
 	f("negative tokens", testToken, fmt.Sprintf(`{"type":"sized","ts_ns":%d,"est_input_tokens":-3}`, ts(0)), 422, "est_input_tokens must be >= 0, got -3")
-	f("absurd tokens", testToken, fmt.Sprintf(`{"type":"sized","ts_ns":%d,"est_input_tokens":1000000000000}`, ts(0)), 422, "est_input_tokens must be <= 16777216, got 1000000000000")
+	f("absurd tokens", testToken, fmt.Sprintf(`{"type":"sized","ts_ns":%d,"est_input_tokens":1000000000000}`, ts(0)), 422, "est_input_tokens must be <= 16777215, got 1000000000000")
 	f("NaN", testToken, `{"type":"refused","ts_ns":NaN}`, 422, "NaN")
 	f("float", testToken, `{"type":"refused","ts_ns":1.8e18}`, 422, "ts_ns must be an integer")
 	f("far past", testToken, fmt.Sprintf(`{"type":"refused","ts_ns":%d}`, ts(-86400)), 422, "ts_ns is 86400s in the past")

@@ -2,6 +2,8 @@ package service
 
 import (
 	"fmt"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
 )
 
 // Limits bound what an event may say. Zero fields are invalid; see
@@ -17,11 +19,12 @@ type Limits struct {
 	MaxRequestNs int64
 }
 
-// DefaultLimits: 16 Mi tokens, ts within [now-10 min, now+30 s], requests
+// DefaultLimits: the core's token limit (buckets.MaxTokens, 16 Mi - 1:
+// a larger count would reach the core and be refused there), ts within [now-10 min, now+30 s], requests
 // up to 1 h long.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxTokens:    1 << 24,
+		MaxTokens:    buckets.MaxTokens,
 		MaxPastNs:    600e9,
 		MaxFutureNs:  30e9,
 		MaxRequestNs: 3600e9,
