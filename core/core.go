@@ -153,10 +153,13 @@ type Core struct {
 	pendingExpired   atomic.Uint64
 }
 
-// pendingMark: by the step at atNs, started offers had been started.
+// pendingMark: by the step at atNs, started offers had been started;
+// minPending is the fewest offers pending at that step and every step
+// since (less those expired since).
 type pendingMark struct {
-	atNs    int64
-	started uint32
+	atNs       int64
+	started    uint32
+	minPending int64
 }
 
 // maxPendingMarks bounds the marks kept (steps more frequent than
@@ -526,21 +529,27 @@ func (c *Core) noteClock(nowNs int64) {
 // is gone). Caller holds stepMu.
 func (c *Core) expirePending(nowNs int64) {
 	cut := nowNs - c.pendingTimeoutNs
+	pending := c.demand.Pending()
 	k := -1 // the newest mark at or before the cut
 	for i := range c.marks {
-		if c.marks[i].atNs > cut {
-			break
+		c.marks[i].minPending = min(c.marks[i].minPending, pending)
+		if c.marks[i].atNs <= cut {
+			k = i
 		}
-		k = i
 	}
 	if k >= 0 {
-		if n := c.demand.ExpirePending(c.marks[k].started, nowNs); n > 0 {
+		// An offer pending at every step of a whole timeout is gone, even
+		// when ends of newer offers were matched to it.
+		if n := c.demand.ExpirePending(c.marks[k].started, c.marks[k].minPending, nowNs); n > 0 {
 			c.pendingExpired.Add(uint64(n))
+			for i := range c.marks {
+				c.marks[i].minPending = max(0, c.marks[i].minPending-n)
+			}
 		}
 		c.marks = append(c.marks[:0], c.marks[k:]...)
 	}
 	if n := len(c.marks); (n == 0 || c.marks[n-1].atNs < nowNs) && n < maxPendingMarks {
-		c.marks = append(c.marks, pendingMark{atNs: nowNs, started: c.demand.Started()})
+		c.marks = append(c.marks, pendingMark{atNs: nowNs, started: c.demand.Started(), minPending: c.demand.Pending()})
 	}
 }
 

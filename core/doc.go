@@ -23,8 +23,14 @@
 // which the body is not being read by anyone. A timed-out offer counts as
 // an unsized observation at that step (narwhal_core_pending_offers_expired_total).
 // Offers carry no identity, so an end is matched to the oldest pending
-// offer: a timeout never ends an offer started after the step it measures
-// from.
+// offer, and under traffic the ends of other routers' offers are matched
+// to the crashed router's one. So the timeout ends, of the offers pending
+// at the step it measures from, those still pending by that matching, and
+// at least as many as were pending at every step since (at most all
+// pending): an offer counted at every step of a whole timeout is gone,
+// even when the ends of newer offers were credited to it. A body read that
+// itself spans every step of pending_timeout_s is ended too (by default
+// the service's read timeout has ended it already).
 //
 // # Observed phase pressure (our choice where the spec is silent)
 //

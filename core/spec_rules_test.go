@@ -267,6 +267,51 @@ func TestSpecUnsizedPendingCountsBodiesStillBeingRead(t *testing.T) {
 	}
 }
 
+// TestCrashedRoutersOfferTimesOutUnderTraffic: an offer a crashed router
+// left pending times out after pending_timeout_s while other routers'
+// offers keep starting and ending (ends carry no identity, and matching
+// them oldest-first credited them to the leaked offer, which then never
+// expired: every decision read incomplete demand for as long as traffic
+// flowed). Offers that start and end between steps are never expired.
+func TestCrashedRoutersOfferTimesOutUnderTraffic(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PendingTimeoutS = 30
+	traffic := func(c *Core, from, to float64) {
+		for s := from; s < to; s++ {
+			for i := range 10 { // ten short offers a second, each read and sized
+				c.OfferStarted(at(s + 0.05*float64(i)))
+				must(t, c.OfferSized(at(s+0.05*float64(i)+0.01), 500, 100))
+			}
+			c.Step(at(s + 1))
+		}
+	}
+	healthy := newCoreCfg(t, cfg)
+	traffic(healthy, 0, 120)
+	if got := healthy.PendingExpired(); got != 0 {
+		t.Fatalf("healthy traffic: %d offers expired; want 0", got)
+	}
+
+	c := newCoreCfg(t, cfg)
+	c.OfferStarted(at(0)) // the crashed router's offer
+	c.Step(at(0))
+	traffic(c, 0, 29)
+	if got := c.State(at(29)).DemandHistory.Unsized.Pending; got != 1 {
+		t.Fatalf("at 29 s: pending %d; want the crashed offer (1)", got)
+	}
+	traffic(c, 29, 60)
+	st := c.State(at(60))
+	if st.DemandHistory.Unsized.Pending != 0 || c.PendingExpired() != 1 {
+		t.Fatalf("at 60 s: pending %d, expired %d; want 0 and 1", st.DemandHistory.Unsized.Pending, c.PendingExpired())
+	}
+	if d := c.Step(at(61)); d.Snapshot.Incomplete {
+		t.Fatalf("demand still incomplete at 61 s: %q", d.Snapshot.IncompleteReason)
+	}
+	traffic(c, 61, 120)
+	if got := c.PendingExpired(); got != 1 {
+		t.Fatalf("after another minute of traffic: %d expired; want still 1", got)
+	}
+}
+
 // TestPendingOfferTimesOut: a pending offer ends when sized (accepted or
 // refused), refused, abandoned, or pending_timeout_s later, when it counts
 // as an unsized observation (issue 16, item 2).

@@ -112,14 +112,18 @@ func (d *Demand) Started() uint32 { return uint32(uint64(d.pending.Load()) >> 32
 // returned mark and are still pending now, and records each as an unsized
 // observation at nowNs. Offers carry no identity, so ends are matched to
 // the oldest pending offers first: of the offers started before the mark,
-// at least pending − (started since the mark) are still pending, and
-// exactly that many are expired (never one that started after the mark).
-// It returns how many it expired.
-func (d *Demand) ExpirePending(mark uint32, nowNs int64) int64 {
+// at least pending − (started since the mark) are still pending. That
+// bound alone never expires an offer a crashed router left while other
+// offers keep starting and ending (their ends are matched to it), so the
+// caller also passes floor, the fewest offers pending at any moment it
+// sampled since the mark: at least that many are expired (at most all
+// pending). It returns how many it expired.
+func (d *Demand) ExpirePending(mark uint32, floor, nowNs int64) int64 {
 	for {
 		p := d.pending.Load()
 		since := int64(uint32(uint64(p)>>32) - mark)
-		n := int64(p&pendingMask) - since
+		pending := int64(p & pendingMask)
+		n := max(pending-since, min(floor, pending))
 		if n <= 0 {
 			return 0
 		}
