@@ -235,7 +235,8 @@ func (m *Metrics) intLabel(name, v string) int64 {
 	return n
 }
 
-// MaxBody bounds one engine metrics body read by Scrape.
+// MaxBody bounds one engine metrics body read by Scrape; a longer body
+// is refused (a scrape error), not read in part.
 const MaxBody = 8 << 20
 
 // Scrape reads one engine's metrics endpoint.
@@ -253,7 +254,14 @@ func Scrape(ctx context.Context, c *http.Client, kind Kind, url string) (Metrics
 	if resp.StatusCode != http.StatusOK {
 		return Metrics{}, fmt.Errorf("engine: scrape %s: status %d", url, resp.StatusCode)
 	}
-	m, err := Parse(kind, io.LimitReader(resp.Body, MaxBody))
+	// One byte past MaxBody tells a body cut at the bound (refused: the
+	// metrics after the cut would be missing, or the cut line misread)
+	// from one that ends there.
+	body := &io.LimitedReader{R: resp.Body, N: MaxBody + 1}
+	m, err := Parse(kind, body)
+	if body.N == 0 {
+		return Metrics{}, fmt.Errorf("engine: scrape %s: metrics body over %d bytes", url, MaxBody)
+	}
 	if err != nil {
 		return Metrics{}, fmt.Errorf("engine: scrape %s: %w", url, err)
 	}
