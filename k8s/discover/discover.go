@@ -212,9 +212,16 @@ func (d *Discoverer) apply(obj any) {
 	}
 	d.mu.Lock()
 	if owner, taken := d.engines[eng.ID]; taken && owner.pod != ref {
+		_, had := d.byPod[ref]
 		d.mu.Unlock()
 		d.logger.Warn("engine id claimed by two pods; ignoring the second",
 			"engine", eng.ID, "owner", owner.pod.Namespace+"/"+owner.pod.Name, "pod", ref.Namespace+"/"+ref.Name)
+		if had {
+			// The pod now claims another id: the one it held is released
+			// (it would otherwise stay registered to a pod that no
+			// longer names it).
+			d.forget(ref)
+		}
 		return
 	}
 	oldID, had := d.byPod[ref]

@@ -288,3 +288,47 @@ func TestDuplicateEngineIDHandsOverOnDelete(t *testing.T) {
 		t.Fatalf("PodFor(shared) = %v, %v; want pod b", ref, ok)
 	}
 }
+
+// A pod relabelled to an engine id another pod holds releases the id it
+// had (before, that id stayed registered to it for good), waits behind
+// the owner, and takes the id over when the owner goes.
+func TestPodRelabelledToATakenIDReleasesItsOld(t *testing.T) {
+	a := enginePod("a", "decode", "n1", true)
+	a.Labels[podmeta.LabelEngineID] = "x"
+	b := enginePod("b", "prefill", "n2", true)
+	b.Labels[podmeta.LabelEngineID] = "y"
+	cs := fake.NewSimpleClientset(a, b)
+	sink := &tableSink{}
+	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "both pods", func() bool {
+		return d.HasSynced() && equal(sink.summary(), []string{"x:decode:true", "y:prefill:true"})
+	})
+
+	pods := cs.CoreV1().Pods("llm")
+	a = a.DeepCopy()
+	a.Labels[podmeta.LabelEngineID] = "y"
+	if _, err := pods.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "x released, y kept by b", func() bool { return equal(sink.summary(), []string{"y:prefill:true"}) })
+	if _, ok := d.PodFor("x"); ok {
+		t.Fatal("PodFor(x) still answers after a left it")
+	}
+	if err := pods.Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to take y over", func() bool { return equal(sink.summary(), []string{"y:decode:true"}) })
+	if ref, ok := d.PodFor("y"); !ok || ref.Name != "a" {
+		t.Fatalf("PodFor(y) = %v, %v; want pod a", ref, ok)
+	}
+}

@@ -19,7 +19,8 @@
 //   - Two pods claiming one engine id: the first keeps it, the second is
 //     ignored with a warning until the first goes away; then the second
 //     takes the id over at once (from the informer's cache: it may have
-//     no event of its own to come).
+//     no event of its own to come). A pod relabelled to an id another pod
+//     holds releases the id it had and waits the same way.
 //   - Sink errors are logged and counted
 //     (narwhal_k8s_discovery_sink_errors_total); the next event for that
 //     pod tries again, and so does the informer's resync when
