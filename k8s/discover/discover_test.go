@@ -252,17 +252,7 @@ func TestDuplicateEngineIDHandsOverOnDelete(t *testing.T) {
 	a.Labels[podmeta.LabelEngineID] = "shared"
 	cs := fake.NewSimpleClientset(a)
 	sink := &tableSink{}
-	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	d, ctx := runDiscoverer(t, cs, sink)
 	waitFor(t, "first pod", func() bool { return d.HasSynced() && equal(sink.summary(), []string{"shared:decode:false"}) })
 
 	pods := cs.CoreV1().Pods("llm")
@@ -299,17 +289,7 @@ func TestPodRelabelledToATakenIDReleasesItsOld(t *testing.T) {
 	b.Labels[podmeta.LabelEngineID] = "y"
 	cs := fake.NewSimpleClientset(a, b)
 	sink := &tableSink{}
-	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	d, ctx := runDiscoverer(t, cs, sink)
 	waitFor(t, "both pods", func() bool {
 		return d.HasSynced() && equal(sink.summary(), []string{"x:decode:true", "y:prefill:true"})
 	})
@@ -331,4 +311,22 @@ func TestPodRelabelledToATakenIDReleasesItsOld(t *testing.T) {
 	if ref, ok := d.PodFor("y"); !ok || ref.Name != "a" {
 		t.Fatalf("PodFor(y) = %v, %v; want pod a", ref, ok)
 	}
+}
+
+// runDiscoverer runs a discoverer of the app=engine pods in llm on cs
+// into sink until the test ends; ctx ends with it.
+func runDiscoverer(t *testing.T, cs *fake.Clientset, sink *tableSink) (*Discoverer, context.Context) {
+	t.Helper()
+	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return d, ctx
 }
