@@ -19,9 +19,9 @@ type Limits struct {
 	MaxRequestNs int64
 }
 
-// DefaultLimits: the core's token limit (buckets.MaxTokens, 16 Mi - 1:
-// a larger count would reach the core and be refused there), ts within [now-10 min, now+30 s], requests
-// up to 1 h long.
+// DefaultLimits: the core's token limit (buckets.MaxTokens, 16 Mi − 1: a
+// larger count would reach the core and be refused there), ts within
+// [now − 10 min, now + 30 s], requests up to 1 h long.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxTokens:    buckets.MaxTokens,

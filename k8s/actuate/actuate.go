@@ -237,19 +237,8 @@ func (a *Actuator) ClearDrainMark(ctx context.Context, ref discover.PodRef, uid 
 		return false, nil
 	}
 	ann := "/metadata/annotations/" + jsonPointerEscape(podmeta.AnnotationDraining)
-	var ops []map[string]any
-	if uid != "" { // every pod an API server stores has one
-		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": string(uid)})
-	}
-	ops = append(ops, map[string]any{"op": "test", "path": ann, "value": "true"}, map[string]any{"op": "remove", "path": ann})
-	body, err := json.Marshal(ops)
-	if err != nil {
-		return false, fmt.Errorf("BUG: encode patch: %w", err)
-	}
-	err = retryTransient(ctx, func() error {
-		_, perr := a.client.CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, body, metav1.PatchOptions{})
-		return perr
-	})
+	ops := append(sameUID(uid), patchOp{"test", ann, "true"}, patchOp{Op: "remove", Path: ann})
+	err := a.jsonPatch(ctx, ref, ops)
 	return err == nil, err
 }
 
@@ -384,41 +373,53 @@ func (a *Actuator) relabel(ctx context.Context, ref discover.PodRef, uid types.U
 		case pod.Labels[key] != from:
 			return fmt.Errorf("%w: pod %s/%s now has %s=%q, move is from %q", ErrPodChanged, ref.Namespace, ref.Name, key, pod.Labels[key], from)
 		}
-		type op struct {
-			Op    string `json:"op"`
-			Path  string `json:"path"`
-			Value any    `json:"value,omitempty"`
-		}
 		label := "/metadata/labels/" + jsonPointerEscape(key)
-		var ops []op
-		if uid != "" { // every pod an API server stores has one
-			ops = append(ops, op{"test", "/metadata/uid", string(uid)})
-		}
-		ops = append(ops, op{"test", label, from}, op{"replace", label, to})
+		ops := append(sameUID(uid), patchOp{"test", label, from}, patchOp{"replace", label, to})
 		if v, ok := pod.Annotations[podmeta.AnnotationDraining]; ok {
 			ann := "/metadata/annotations/" + jsonPointerEscape(podmeta.AnnotationDraining)
-			ops = append(ops, op{"test", ann, v}, op{Op: "remove", Path: ann})
+			ops = append(ops, patchOp{"test", ann, v}, patchOp{Op: "remove", Path: ann})
 		}
-		body, jerr := json.Marshal(ops)
-		if jerr != nil {
-			return fmt.Errorf("BUG: encode patch: %w", jerr)
-		}
-		err = retryTransient(ctx, func() error {
-			_, perr := pods.Patch(ctx, ref.Name, types.JSONPatchType, body, metav1.PatchOptions{})
-			return perr
-		})
-		if err == nil || ctx.Err() != nil {
+		if err = a.jsonPatch(ctx, ref, ops); err == nil || ctx.Err() != nil {
 			return err
 		}
 		// A failed test (422 from the API server) means the pod changed
 		// between the read and the patch: read it again. Anything else
 		// the server said is final.
-		if _, isStatus := err.(apierrors.APIStatus); isStatus && !apierrors.IsInvalid(err) &&
-			apierrors.ReasonForError(err) != metav1.StatusReasonInvalid && !apierrors.IsNotFound(err) {
+		if !apierrors.IsInvalid(err) && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
 	return err
+}
+
+// patchOp is one JSON patch (RFC 6902) operation. Value is an interface:
+// omitempty drops only a nil one, so a test of "" keeps its value.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// sameUID is the test that the pod is still the one with uid (none when
+// uid is empty; every pod an API server stores has one).
+func sameUID(uid types.UID) []patchOp {
+	if uid == "" {
+		return nil
+	}
+	return []patchOp{{"test", "/metadata/uid", string(uid)}}
+}
+
+// jsonPatch applies ops to the pod ref names, retried on transient API
+// errors; a failed test comes back as Invalid (422).
+func (a *Actuator) jsonPatch(ctx context.Context, ref discover.PodRef, ops []patchOp) error {
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return fmt.Errorf("BUG: encode patch: %w", err)
+	}
+	return retryTransient(ctx, func() error {
+		_, err := a.client.CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+		return err
+	})
 }
 
 // jsonPointerEscape escapes a map key for a JSON pointer (RFC 6901).
