@@ -146,6 +146,17 @@ type EventsConfig struct {
 	// unsized observation (core pending_timeout_s). 0: http.read_timeout_s,
 	// after which the server has given up reading the body anyway.
 	PendingTimeoutS float64 `yaml:"pending_timeout_s" json:"pending_timeout_s"`
+	// IdempotencyMaxKeys bounds the Idempotency-Key values of POST
+	// /v1/events batches retained; past it the oldest applied keys are
+	// forgotten first (a retry of one is then applied again). The store
+	// also stays within 32 MiB of keys and stored replies.
+	IdempotencyMaxKeys int `yaml:"idempotency_max_keys" json:"idempotency_max_keys"`
+	// IdempotencyRetentionS: a batch's Idempotency-Key is retained this
+	// long after its first request (a repeat within it is answered from
+	// the store, nothing applied). 0: events.max_past_s +
+	// events.max_future_s, so that a retry after the key expired is
+	// refused line by line as too old rather than counted twice.
+	IdempotencyRetentionS float64 `yaml:"idempotency_retention_s" json:"idempotency_retention_s"`
 }
 
 // AgentsConfig: the agents' ingest endpoint and readiness.
@@ -227,6 +238,7 @@ func DefaultConfig() Config {
 		Events: EventsConfig{
 			MaxTokens: l.MaxTokens, MaxPastS: float64(l.MaxPastNs) / 1e9,
 			MaxFutureS: float64(l.MaxFutureNs) / 1e9, MaxRequestS: float64(l.MaxRequestNs) / 1e9,
+			IdempotencyMaxKeys: 65536,
 		},
 		Agents: AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1,
 			MaxNodes: 4096, MaxEngines: 16384, ForgetAfterS: 600, MaxEpochAheadS: 600},
@@ -244,6 +256,17 @@ func (c *Config) Limits() Limits {
 		MaxFutureNs:  int64(c.Events.MaxFutureS * 1e9),
 		MaxRequestNs: int64(c.Events.MaxRequestS * 1e9),
 	}
+}
+
+// idempotencyRetentionNs is events.idempotency_retention_s in ns, 0
+// meaning the events' own window (max_past + max_future): an event a
+// router stamped when it first posted the batch is too old to be
+// accepted once its key has expired.
+func idempotencyRetentionNs(retentionS float64, l Limits) int64 {
+	if retentionS > 0 {
+		return int64(retentionS * 1e9)
+	}
+	return l.MaxPastNs + l.MaxFutureNs
 }
 
 // ErrConfig wraps every configuration error.
@@ -352,6 +375,12 @@ func (c *Config) Validate() error {
 		bad("events.pending_timeout_s must be >= 0 (0: http.read_timeout_s), got %v", c.Events.PendingTimeoutS)
 	} else if c.Events.PendingTimeoutS > maxSpanS {
 		bad("events.pending_timeout_s must be <= %d, got %v", maxSpanS, c.Events.PendingTimeoutS)
+	}
+	posInt("events.idempotency_max_keys", int64(c.Events.IdempotencyMaxKeys))
+	if c.Events.IdempotencyRetentionS < 0 || c.Events.IdempotencyRetentionS != c.Events.IdempotencyRetentionS {
+		bad("events.idempotency_retention_s must be >= 0 (0: events.max_past_s + events.max_future_s), got %v", c.Events.IdempotencyRetentionS)
+	} else if c.Events.IdempotencyRetentionS > maxSpanS {
+		bad("events.idempotency_retention_s must be <= %d, got %v", maxSpanS, c.Events.IdempotencyRetentionS)
 	}
 	posInt("journal.max_segment_bytes", c.Journal.MaxSegmentBytes)
 	posInt("journal.keep_segments", int64(c.Journal.KeepSegments))

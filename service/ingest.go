@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,25 +45,31 @@ type errorReply struct {
 // Ingest applies NDJSON event batches to a core. It is safe for
 // concurrent use; each request borrows a decoder and a buffer from pools.
 type Ingest struct {
-	core     EventSink
-	limits   Limits
-	maxBody  int64
-	maxLine  int
-	now      func() int64
-	metrics  *httpMetrics
+	core    EventSink
+	limits  Limits
+	maxBody int64
+	maxLine int
+	now     func() int64
+	metrics *httpMetrics
+	// idem holds the Idempotency-Key store; nil ignores the header.
+	idem     *idemStore
 	bufs     sync.Pool
 	decoders sync.Pool
 }
 
 // NewIngest returns the /v1/events handler logic on its own (no auth, no
 // registered metrics): bodies up to maxBody bytes, lines up to maxLine,
-// timestamps judged against now (Unix ns).
+// timestamps judged against now (Unix ns). Idempotency keys are honoured
+// with the defaults of events.idempotency_max_keys and
+// events.idempotency_retention_s.
 func NewIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64) *Ingest {
-	return newIngest(c, limits, maxBody, maxLine, now, newHTTPMetrics())
+	d := DefaultConfig().Events
+	store := newIdemStore(d.IdempotencyMaxKeys, idempotencyRetentionNs(d.IdempotencyRetentionS, limits), idempotencyMaxBytes)
+	return newIngest(c, limits, maxBody, maxLine, now, newHTTPMetrics(), store)
 }
 
-func newIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64, m *httpMetrics) *Ingest {
-	in := &Ingest{core: c, limits: limits, maxBody: maxBody, maxLine: int(maxLine), now: now, metrics: m}
+func newIngest(c EventSink, limits Limits, maxBody, maxLine int64, now func() int64, m *httpMetrics, idem *idemStore) *Ingest {
+	in := &Ingest{core: c, limits: limits, maxBody: maxBody, maxLine: int(maxLine), now: now, metrics: m, idem: idem}
 	in.bufs.New = func() any { return new(bytes.Buffer) }
 	in.decoders.New = func() any { return NewDecoder() }
 	return in
@@ -74,6 +81,16 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSON(w, http.StatusMethodNotAllowed, errorReply{"method " + r.Method + " not allowed; POST newline-delimited JSON events"})
 		return
+	}
+	var key string
+	keyed := false
+	if vals, ok := r.Header[idempotencyHeader]; ok && in.idem != nil {
+		var err error
+		if key, err = parseIdempotencyKey(vals); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorReply{err.Error() + "; nothing was applied"})
+			return
+		}
+		keyed = true
 	}
 	buf := in.bufs.Get().(*bytes.Buffer)
 	defer func() {
@@ -97,19 +114,67 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{fmt.Sprintf("body exceeds %d bytes (http.max_body_bytes); nothing was applied", in.maxBody)})
 		return
 	}
-	reply := in.Apply(buf.Bytes())
-	code := http.StatusOK
-	if reply.Refused > 0 {
-		code = http.StatusUnprocessableEntity
+	if keyed {
+		in.serveKeyed(w, key, buf.Bytes())
+		return
 	}
-	writeJSON(w, code, reply)
+	reply := in.Apply(buf.Bytes())
+	writeJSON(w, replyCode(reply), reply)
+}
+
+func replyCode(reply IngestReply) int {
+	if reply.Refused > 0 {
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusOK
+}
+
+// serveKeyed answers a batch carrying an Idempotency-Key: the first
+// request with the key applies it and stores its answer; a repeat with
+// the same body gets that answer again, marked Idempotent-Replayed; a
+// repeat with another body gets 422 and a repeat while the first is
+// being applied 409, and neither applies anything.
+func (in *Ingest) serveKeyed(w http.ResponseWriter, key string, body []byte) {
+	nowNs := in.now()
+	e, code, stored, outcome := in.idem.begin(key, sha256.Sum256(body), nowNs)
+	switch outcome {
+	case idemReplay:
+		in.idem.replays.Inc()
+		w.Header().Set(replayedHeader, "true")
+		writeRawJSON(w, code, stored)
+		return
+	case idemMismatch:
+		writeJSON(w, http.StatusUnprocessableEntity, errorReply{"Idempotency-Key was already used with a different body; nothing was applied (use a new key for a new batch)"})
+		return
+	case idemInFlight:
+		writeJSON(w, http.StatusConflict, errorReply{"a request with this Idempotency-Key is still being applied; nothing was applied, retry shortly"})
+		return
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			in.idem.abort(e)
+		}
+	}()
+	// The key's age and the events' age run from the same instant, so a
+	// retry after the key expired finds events.max_past_s passed too
+	// (with the default retention).
+	reply := in.apply(body, nowNs)
+	code = replyCode(reply)
+	out := encodeJSON(reply)
+	in.idem.finish(e, code, out)
+	finished = true
+	writeRawJSON(w, code, out)
 }
 
 // Apply decodes, validates and applies body line by line at the server's
 // current time. A refused line changes nothing; the others are applied in
 // order.
 func (in *Ingest) Apply(body []byte) IngestReply {
-	nowNs := in.now()
+	return in.apply(body, in.now())
+}
+
+func (in *Ingest) apply(body []byte, nowNs int64) IngestReply {
 	dec := in.decoders.Get().(*Decoder)
 	defer in.decoders.Put(dec)
 	var (
@@ -263,4 +328,21 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// encodeJSON is what writeJSON writes for v.
+func encodeJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.Clone(b.Bytes()) // retained by the store: no spare capacity
+}
+
+// writeRawJSON writes body, a JSON document from encodeJSON.
+func writeRawJSON(w http.ResponseWriter, code int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
 }

@@ -154,6 +154,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		Help: "API connections answered 503 and closed because http.max_connections were open."})
 	s.forgotten = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_engines_forgotten_total",
 		Help: "Engines removed from the engine table after agents.forget_after_s unlisted by every agent and not live (without kubernetes.enabled)."})
+	idem := newIdemStore(cfg.Events.IdempotencyMaxKeys, idempotencyRetentionNs(cfg.Events.IdempotencyRetentionS, cfg.Limits()), idempotencyMaxBytes)
 	s.prom = prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
@@ -161,6 +162,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	}
 	cs = append(cs, s.metrics.collectors()...)
 	cs = append(cs, s.budget.refused, s.budget.inflight, s.connRefused, s.forgotten)
+	cs = append(cs, idem.collectors()...)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
 	cs = append(cs, newOpsCollector(s))
@@ -174,7 +176,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		}
 	}
 	s.collectors = cs
-	s.ingest = newIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics)
+	s.ingest = newIngest(c, cfg.Limits(), cfg.HTTP.MaxBodyBytes, cfg.HTTP.MaxLineBytes, s.now, s.metrics, idem)
 	s.addStatusPage()
 	var err error
 	if s.handler, err = s.routes(); err != nil {
