@@ -67,7 +67,10 @@
 // "timestamp ahead of the core's clock" and counted in
 // narwhal_core_evidence_ahead_refused_total), 413 when the body exceeds
 // http.max_body_bytes (nothing applied), 401 for a missing or wrong
-// token (nothing applied), 405 for other methods.
+// token (nothing applied), 405 for other methods. With an Idempotency-Key
+// header (see below): 400 for a malformed key, 409 while a request with
+// the key is being applied, 422 with only an "error" field (no
+// "accepted") when the key came with another body; none applies anything.
 //
 // # Configuration
 //
@@ -152,6 +155,31 @@
 //     crypto/subtle.ConstantTimeCompare, so neither content nor length
 //     leaks through timing. With no token configured, writes are refused
 //     at start-up unless auth.allow_unauthenticated is set.
+//   - Retries: events carry no request id, so a batch resent after a
+//     lost answer (a timeout, a router restart, a proxy's retry) was
+//     counted twice. A POST /v1/events may carry Idempotency-Key
+//     (draft-ietf-httpapi-idempotency-key-header): one header line,
+//     1..255 printable ASCII bytes, bare or as a structured-field string
+//     ("..."), else 400. The first request with a key applies the batch
+//     and keeps the key, the body's SHA-256 (never the body) and the
+//     answer. A repeat with the same body gets that status and JSON again
+//     with Idempotent-Replayed: true and applies nothing
+//     (narwhal_events_replays_total); with another body it gets 422, and
+//     while the first is being applied 409; neither applies anything. A
+//     request without the header is handled as before: resent, it is
+//     applied again. A key is kept events.idempotency_retention_s after
+//     its first request (0, the default: events.max_past_s +
+//     events.max_future_s, so a retry after the key expired is refused
+//     line by line as too old instead of counted twice), within
+//     events.idempotency_max_keys and 32 MiB of keys and answers (the
+//     oldest applied keys go first, counted in
+//     narwhal_events_idempotency_keys_dropped_total; their retries are
+//     applied again). Keys live in the replica's memory: a retry after a
+//     restart, or one that reaches another replica, is applied again.
+//     /v1/events has one principal, the routers' token (auth.token,
+//     shared by every router; the agents' token cannot write events), so
+//     keys share one namespace: a router uses a fresh random key (a UUID)
+//     per batch and reuses it only to resend the same bytes.
 //   - Static engines (engines: in the config file) are registered only if
 //     the core does not know them yet, and a configured role is only the
 //     initial role: when data_dir's saved state knows the engine, the saved
@@ -170,4 +198,7 @@
 // Decoder.Decode allocates nothing for a valid line whose engine name it has
 // seen before (interned; tested with testing.AllocsPerRun). A batch costs a
 // pooled body buffer, the reply, and one error string per refused line.
+// A request without Idempotency-Key allocates nothing for the key (one
+// header map lookup; tested); a keyed one adds the key, its entry and the
+// encoded answer the store keeps.
 package service
