@@ -165,9 +165,10 @@
 //     answer. A repeat with the same body gets that status and JSON again
 //     with Idempotent-Replayed: true and applies nothing
 //     (narwhal_events_replays_total); with another body it gets 422, and
-//     while the first is being applied 409; neither applies anything. A
-//     request without the header is handled as before: resent, it is
-//     applied again. A key is kept events.idempotency_retention_s after
+//     while the first is being applied 409 (Retry-After: 1); neither
+//     applies anything. A request without the header is handled as
+//     before: resent, it is applied again. A key is kept
+//     events.idempotency_retention_s after
 //     its first request (0, the default: events.max_past_s +
 //     events.max_future_s, so a retry after the key expired is refused
 //     line by line as too old instead of counted twice), within

@@ -193,7 +193,15 @@ func TestIdempotencyConcurrentDuplicate(t *testing.T) {
 		done <- keyedResult{rec.Code, rec.Body.String(), rec.Header().Get("Idempotent-Replayed")}
 	}()
 	<-bc.entered
-	dup := postKeyed(t, h, batch, "dup")
+	req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(batch))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Idempotency-Key", "dup")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	dup := keyedResult{rec.Code, rec.Body.String(), rec.Header().Get("Idempotent-Replayed")}
+	if ra := rec.Header().Get("Retry-After"); ra != "1" {
+		t.Errorf("409 Retry-After %q; want 1", ra)
+	}
 	close(bc.release)
 	first := <-done
 	if dup.code != http.StatusConflict || !strings.Contains(dup.body, "still being applied") {

@@ -147,6 +147,7 @@ func (in *Ingest) serveKeyed(w http.ResponseWriter, key string, body []byte) {
 		writeJSON(w, http.StatusUnprocessableEntity, errorReply{"Idempotency-Key was already used with a different body; nothing was applied (use a new key for a new batch)"})
 		return
 	case idemInFlight:
+		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusConflict, errorReply{"a request with this Idempotency-Key is still being applied; nothing was applied, retry shortly"})
 		return
 	}
