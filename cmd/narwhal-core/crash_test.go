@@ -9,59 +9,16 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/coreproc"
 )
 
 var crashKills = flag.Int("crash.kills", 12, "SIGKILLs in TestCrashRecoveryUnderSIGKILL (issue 16 acceptance: 50)")
-
-type crashRec struct {
-	Seq     uint64 `json:"seq"`
-	AtNs    int64  `json:"at_ns"`
-	Reason  string `json:"reason"`
-	Blocked string `json:"blocked_gate"`
-	Moves   []struct {
-		EngineID string `json:"engine_id"`
-		From     string `json:"from"`
-		To       string `json:"to"`
-		AtNs     int64  `json:"at_ns"`
-	} `json:"moves"`
-}
-
-// readJournal reads every whole record of the data dir's journal files
-// (rotated segments first, then journal.jsonl); a torn last line is
-// ignored (the next open cuts it off).
-func readJournal(t *testing.T, dir string) []crashRec {
-	t.Helper()
-	names, _ := filepath.Glob(filepath.Join(dir, "journal-*.jsonl"))
-	sort.Strings(names)
-	names = append(names, filepath.Join(dir, "journal.jsonl"))
-	var out []crashRec
-	for _, n := range names {
-		b, err := os.ReadFile(n)
-		if err != nil {
-			continue
-		}
-		for len(b) > 0 {
-			i := bytes.IndexByte(b, '\n')
-			if i < 0 {
-				break // torn tail
-			}
-			var r crashRec
-			if err := json.Unmarshal(b[:i], &r); err != nil {
-				t.Fatalf("%s: a whole line that is not a record: %q: %v", filepath.Base(n), b[:i], err)
-			}
-			out = append(out, r)
-			b = b[i+1:]
-		}
-	}
-	return out
-}
 
 // Issue 16 acceptance 2: the service is SIGKILLed at random moments of a
 // run that makes moves, with every journal and checkpoint write slowed
@@ -76,8 +33,8 @@ func TestCrashRecoveryUnderSIGKILL(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "narwhal-core-crashtest")
-	if out, err := exec.Command("go", "build", "-tags", "narwhal_crashtest", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := coreproc.Build(bin, "narwhal_crashtest"); err != nil {
+		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "data")
 	const cooldownS, dwellS = 2, 2
@@ -123,17 +80,9 @@ engines:
 				Role string `json:"role"`
 			} `json:"engines"`
 		}
-		p.getJSON(t, "/v1/state", &st)
-		recs := readJournal(t, data)
-		want := map[string]string{}
-		for k, v := range initial {
-			want[k] = v
-		}
-		for _, r := range recs {
-			for _, m := range r.Moves {
-				want[m.EngineID] = m.To
-			}
-		}
+		p.GetJSON(t, "/v1/state", &st)
+		recs := coreproc.ReadJournal(t, data)
+		want := coreproc.Replay(initial, recs)
 		for _, e := range st.Engines {
 			if want[e.ID] != e.Role {
 				t.Fatalf("run %d: after restart %s is %s; the journal's replay (%d records) says %s", run, e.ID, e.Role, len(recs), want[e.ID])
@@ -154,7 +103,7 @@ engines:
 				a := now + int64(r)*1e6
 				fmt.Fprintf(&b, "{\"type\":\"offer_started\",\"ts_ns\":%d}\n{\"type\":\"sized\",\"ts_ns\":%d,\"est_input_tokens\":%d,\"requested_output_tokens\":%d}\n", a, a, in, out)
 			}
-			req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/events", strings.NewReader(b.String()))
+			req, _ := http.NewRequest(http.MethodPost, p.Base+"/v1/events", strings.NewReader(b.String()))
 			req.Header.Set("Authorization", "Bearer "+restartToken)
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
@@ -162,27 +111,24 @@ engines:
 			var ds struct {
 				Decisions []json.RawMessage `json:"decisions"`
 			}
-			if resp, err := http.Get(p.base + "/v1/decisions?limit=1000&since=0"); err == nil {
+			if resp, err := http.Get(p.Base + "/v1/decisions?limit=1000&since=0"); err == nil {
 				_ = json.NewDecoder(bufio.NewReader(resp.Body)).Decode(&ds)
 				resp.Body.Close()
 			}
 			for _, raw := range ds.Decisions {
-				var r crashRec
+				var r coreproc.Record
 				if json.Unmarshal(raw, &r) == nil {
 					seen[r.Seq] = canonical(t, raw)
 				}
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-p.done
+		p.Kill(t)
 	}
 	// Last start: recover, then stop cleanly.
 	p := startBinary(t, bin, "--config", cfgPath)
-	p.stop(t)
-	recs := readJournal(t, data)
+	p.Stop(t)
+	recs := coreproc.ReadJournal(t, data)
 	var moves int
 	lastMove := int64(0)
 	lastEngine := map[string]int64{}
@@ -213,7 +159,7 @@ engines:
 	for _, n := range append(globSorted(filepath.Join(data, "journal-*.jsonl")), filepath.Join(data, "journal.jsonl")) {
 		raw, _ := os.ReadFile(n)
 		for _, l := range bytes.Split(raw, []byte{'\n'}) {
-			var r crashRec
+			var r coreproc.Record
 			if len(l) > 0 && json.Unmarshal(l, &r) == nil {
 				b[r.Seq] = canonical(t, l)
 			}

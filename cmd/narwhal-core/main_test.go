@@ -1,124 +1,30 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/coreproc"
 )
 
-const restartToken = "restart-test-token"
+// restartToken is the routers' token the binary runs with.
+const restartToken = coreproc.Token
 
-// coreProc is one run of the built binary.
-type coreProc struct {
-	cmd    *exec.Cmd
-	base   string
-	stderr *bytes.Buffer
-	done   chan error
-}
+// coreProc is one run of the built binary (internal/coreproc, shared
+// with service/diskfull).
+type coreProc = coreproc.Proc
 
-// startBinary runs bin with args and waits for its "serving" log line,
-// which carries the bound address.
+// startBinary runs bin with args and waits for its "serving" log line.
 func startBinary(t *testing.T, bin string, args ...string) *coreProc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "NARWHAL_AUTH_TOKEN="+restartToken)
-	pr, pw := io.Pipe()
-	var logs bytes.Buffer
-	cmd.Stderr = io.MultiWriter(pw, &logs)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &coreProc{cmd: cmd, stderr: &logs, done: make(chan error, 1)}
-	go func() { err := cmd.Wait(); pw.Close(); p.done <- err }()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sent := false
-		for sc.Scan() {
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if !sent && json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
-				addr <- rec.Addr
-				sent = true
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	select {
-	case a := <-addr:
-		p.base = "http://" + a
-	case err := <-p.done:
-		t.Fatalf("binary exited before serving: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("binary did not start serving\n%s", logs.String())
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and requires a clean exit.
-func (p *coreProc) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		p.cmd.Process.Kill()
-		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
-	}
-}
-
-func (p *coreProc) getJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	resp, err := http.Get(p.base + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("GET %s: %v: %s", path, err, b)
-	}
-}
-
-func (p *coreProc) postEvents(t *testing.T, body string) string {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/events", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+restartToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	return coreproc.Start(t, bin, args...)
 }
 
 var (
@@ -148,9 +54,7 @@ func buildBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(buildDir, "narwhal-core")
-		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
+		buildErr = coreproc.Build(builtBin)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -199,7 +103,7 @@ func loadUntil(t *testing.T, p *coreProc, perTick int, deadline time.Duration, s
 			fmt.Fprintf(&b, "{\"type\":\"offer_started\",\"ts_ns\":%d}\n", a)
 			fmt.Fprintf(&b, "{\"type\":\"sized\",\"ts_ns\":%d,\"est_input_tokens\":100,\"requested_output_tokens\":512}\n", a)
 		}
-		if r := p.postEvents(t, b.String()); !strings.HasPrefix(r, "200 ") {
+		if r := p.PostEvents(t, b.String()); !strings.HasPrefix(r, "200 ") {
 			t.Fatalf("POST /v1/events: %s", r)
 		}
 		if stop() {
@@ -240,7 +144,7 @@ core:
 	var move decisionRec
 	found := loadUntil(t, p, 2, 20*time.Second, func() bool {
 		var r struct{ Decisions []decisionRec }
-		p.getJSON(t, "/v1/decisions?limit=1000", &r)
+		p.GetJSON(t, "/v1/decisions?limit=1000", &r)
 		for _, d := range r.Decisions {
 			if len(d.Moves) > 0 {
 				move = d
@@ -251,13 +155,13 @@ core:
 	})
 	if !found {
 		var r struct{ Decisions []decisionRec }
-		p.getJSON(t, "/v1/decisions?limit=20", &r)
+		p.GetJSON(t, "/v1/decisions?limit=20", &r)
 		t.Fatalf("no move within 20 s of decode-heavy load; first decisions: %+v", r.Decisions)
 	}
 	mv := move.Moves[0]
 	var before struct{ Decisions []decisionRec }
-	p.getJSON(t, "/v1/decisions?limit=1000", &before)
-	p.stop(t)
+	p.GetJSON(t, "/v1/decisions?limit=1000", &before)
+	p.Stop(t)
 	lastSeq := before.Decisions[len(before.Decisions)-1].Seq
 
 	// The journal file holds the move's record.
@@ -293,7 +197,7 @@ core:
 			LastMoveNs int64  `json:"last_move_ns"`
 		} `json:"engines"`
 	}
-	p.getJSON(t, "/v1/state", &st)
+	p.GetJSON(t, "/v1/state", &st)
 	var movedOK bool
 	for _, e := range st.Engines {
 		if e.ID == mv.EngineID {
@@ -307,7 +211,7 @@ core:
 		t.Fatalf("after restart engine %s is missing from /v1/state", mv.EngineID)
 	}
 	var after struct{ Decisions []decisionRec }
-	p.getJSON(t, "/v1/decisions?limit=1000", &after)
+	p.GetJSON(t, "/v1/decisions?limit=1000", &after)
 	var kept bool
 	for _, d := range after.Decisions {
 		if d.Seq == move.Seq && len(d.Moves) == 1 {
@@ -322,7 +226,7 @@ core:
 	// restart) blocks it; the journal continues with new sequence numbers.
 	var blocked decisionRec
 	loadUntil(t, p, 4, 20*time.Second, func() bool {
-		p.getJSON(t, "/v1/decisions?limit=1000", &after)
+		p.GetJSON(t, "/v1/decisions?limit=1000", &after)
 		for _, d := range after.Decisions {
 			if d.Seq > lastSeq && len(d.Moves) > 0 {
 				t.Fatalf("decision %d moved %v within the restored cooldown", d.Seq, d.Moves)
@@ -343,5 +247,5 @@ core:
 		}
 		t.Fatalf("after restart no decision was blocked by the restored cooldown; decisions since the restart:%s", b.String())
 	}
-	p.stop(t)
+	p.Stop(t)
 }

@@ -65,7 +65,7 @@ func concurrentBodies(t *testing.T, p *coreProc, body []byte, n, rounds int) map
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/events", bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, p.Base+"/v1/events", bytes.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+restartToken)
 				resp, err := client.Do(req)
 				code := -1
@@ -95,8 +95,8 @@ func TestResourceLimitsHold(t *testing.T) {
 
 	p, _ := resourceRun(t, bin, "")
 	codes := concurrentBodies(t, p, body, 40, 3)
-	peak := vmHWM(t, p.cmd.Process.Pid)
-	p.stop(t)
+	peak := vmHWM(t, p.Cmd.Process.Pid)
+	p.Stop(t)
 	t.Logf("shipped limits (max_inflight_body_bytes 128 MiB): 3 rounds of 40 concurrent 8 MiB bodies: statuses %v, peak RSS %.0f MiB", codes, float64(peak)/(1<<20))
 	if peak >= limit || codes[200] == 0 || codes[-1] > 0 {
 		t.Fatalf("peak RSS %d B (limit %d), statuses %v; want under the limit, some accepted, none hung or reset", peak, limit, codes)
@@ -105,8 +105,8 @@ func TestResourceLimitsHold(t *testing.T) {
 	// The same load with the body budget lifted: what the cap saves.
 	p, _ = resourceRun(t, bin, "http: {max_inflight_body_bytes: 1073741824}\n")
 	codes = concurrentBodies(t, p, body, 40, 3)
-	unc := vmHWM(t, p.cmd.Process.Pid)
-	p.stop(t)
+	unc := vmHWM(t, p.Cmd.Process.Pid)
+	p.Stop(t)
 	t.Logf("budget lifted to 1 GiB: statuses %v, peak RSS %.0f MiB", codes, float64(unc)/(1<<20))
 
 	// Connection cap: 256 idle connections hold the cap; more are refused
@@ -118,7 +118,7 @@ func TestResourceLimitsHold(t *testing.T) {
 			c.Close()
 		}
 	}()
-	addr := strings.TrimPrefix(p.base, "http://")
+	addr := strings.TrimPrefix(p.Base, "http://")
 	for range 256 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -165,8 +165,8 @@ func TestResourceLimitsHold(t *testing.T) {
 		c.Close()
 	}
 	idle = nil
-	p.stop(t) // the log is complete (and no longer written) once the process exited
-	if strings.Contains(p.stderr.String(), "too many open files") {
-		t.Fatalf("the service ran out of descriptors:\n%s", p.stderr.String())
+	p.Stop(t) // the log is complete (and no longer written) once the process exited
+	if strings.Contains(p.Stderr.String(), "too many open files") {
+		t.Fatalf("the service ran out of descriptors:\n%s", p.Stderr.String())
 	}
 }
