@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 type recordingActuator struct {
@@ -100,5 +101,49 @@ func TestEngineInputValidation(t *testing.T) {
 	}
 	if err := c.RemoveEngine("n1"); err != nil || c.Roles().Known("n1") {
 		t.Fatalf("remove: %v", err)
+	}
+}
+
+// Write-ahead on a full disk: a move whose journal record cannot be
+// written does not reach the actuator, and its engine is in neither role
+// of the table (nor in its new role) until a later write succeeds; then
+// the held record is on disk first and the move is handed over. Found by
+// service/diskfull: a real full tmpfs under the binary showed moves
+// carried out (DryRun) with no record on disk.
+func TestMoveWaitsForItsJournalRecord(t *testing.T) {
+	fsys := &faultFS{}
+	j, _ := openJ(t, t.TempDir(), JournalOptions{FS: fsys, RetryEvery: time.Hour})
+	t.Cleanup(func() { j.Close() })
+	act := &recordingActuator{}
+	c := newTestController(t, testConfig(), 4, 4, WithActuator(act), WithSink(j))
+	fsys.setFull(true)
+	d := c.Step(t0, d2pInputs())
+	if d.Action != ActionMove || len(d.Moves) != 1 {
+		t.Fatalf("want a move; got %s %q", d.Action, d.Blocked)
+	}
+	id := d.Moves[0].EngineID
+	if len(act.moves) != 0 || j.Durable() >= d.Seq {
+		t.Fatalf("record %d not written (durable %d), yet the actuator got %+v", d.Seq, j.Durable(), act.moves)
+	}
+	tb := c.Roles()
+	if slices.Contains(tb.Prefill, id) || slices.Contains(tb.Decode, id) || !tb.Known(id) {
+		t.Fatalf("held engine %s in the role table: %v / %v; want it draining", id, tb.Prefill, tb.Decode)
+	}
+	// Still full: the next step holds too (and does not move it again).
+	c.Step(t0+sec, d2pInputs())
+	if len(act.moves) != 0 {
+		t.Fatalf("actuator got %+v with the disk still full", act.moves)
+	}
+	fsys.setFull(false)
+	d3 := c.Step(t0+2*sec, d2pInputs())
+	if len(act.moves) != 1+len(d3.Moves) || act.moves[0] != d.Moves[0] {
+		t.Fatalf("after a write succeeded the actuator got %+v; want the held move %+v first", act.moves, d.Moves[0])
+	}
+	if j.Durable() != d3.Seq || j.Healthy() != nil {
+		t.Fatalf("durable %d, healthy %v; want %d, nil", j.Durable(), j.Healthy(), d3.Seq)
+	}
+	c.MoveDone(id, t0+3*sec, nil)
+	if c.Roles().RoleOf(id) != RolePrefill {
+		t.Fatalf("%s after MoveDone: %v; want prefill", id, c.Roles().RoleOf(id))
 	}
 }

@@ -92,7 +92,11 @@ type Controller struct {
 	lastEv   *DemandEvidence
 	lastEvAt uint64
 	pendMove []Move
-	memory   moveMemory
+	// held: moves of decisions whose journal record the sink has not
+	// written yet (Step); their engines stay draining until a later
+	// write succeeds.
+	held   []Move
+	memory moveMemory
 
 	decisions [5]atomic.Uint64 // by basis (index in Bases)
 	moves     atomic.Uint64
@@ -753,7 +757,11 @@ func (c *Controller) recordQueue(nowNs int64, s *Snapshot) {
 const kvCorrectionMax = 3.0
 
 // Step runs one controller step at nowNs: freeze, score, gate, decide,
-// journal; a move is handed to the actuator after the lock is released.
+// journal; a move is handed to the actuator after the lock is released,
+// and only once the sink has written its decision's record: when the
+// write fails the move is held (its engine stays draining, taking no new
+// work) and handed over after the first later write that succeeds, which
+// writes the held records first, in order.
 func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	c.mu.Lock()
 	if n := c.clampFuture(nowNs); n > 0 {
@@ -767,12 +775,24 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	if d.DemandEvidence != nil {
 		c.lastEv, c.lastEvAt = d.DemandEvidence, d.Seq
 	}
+	var werr error
 	if c.sink != nil {
-		if err := c.sink.Write(&d); err != nil {
-			c.log.Error("journal sink", "err", err)
+		if werr = c.sink.Write(&d); werr != nil {
+			c.log.Error("journal sink", "err", werr)
 		}
 	}
-	moves := append(c.pendMove[:0], d.Moves...)
+	moves := c.pendMove[:0]
+	if werr != nil {
+		// Write-ahead: a move without its record on disk is not carried
+		// out (a crash now would replay a journal that lacks it).
+		if len(d.Moves) > 0 {
+			c.held = append(c.held, d.Moves...)
+			c.log.Warn("moves held until their journal record is written", "seq", d.Seq, "held", len(c.held))
+		}
+	} else {
+		moves = append(append(moves, c.held...), d.Moves...)
+		c.held = c.held[:0]
+	}
 	c.pendMove = moves
 	c.mu.Unlock()
 	for _, m := range moves {

@@ -349,16 +349,20 @@
 // includes, saved in the background after each durable record and never
 // ahead of the journal; Apply replays a record (roles, last move times,
 // cooldown clock and direction, confirmation). After any crash the state
-// is the checkpoint plus the records after it, so a move journalled
-// before a kill is never undone or issued again. Risk events and the
+// is the checkpoint plus the records after it, so a move journalled before
+// a kill is never undone or issued again. Risk events and the
 // output-discount lock-out are not in the records: they come from the
 // checkpoint (advisory, at most one step old). Choices: one sequence for
 // both files; a torn tail (a record without its newline or not a whole
 // JSON object) is cut off when the journal opens; a failed write is cut
-// back to the last whole record and retried with the records after it
-// (in order, up to MaxPending in memory), counted
-// (narwhal_journal_write_errors_total), logged once per change of error
-// and reported by Healthy; the active file is renamed to
+// back to the last whole record and retried with the records after it (in
+// order, up to MaxPending in memory; past it the oldest record without
+// moves is dropped), counted (narwhal_journal_write_errors_total), logged
+// once per change of error and reported by Healthy; the moves of a record
+// not yet written are held, their engines draining (no new work, their old
+// role in the table), and reach the actuator after the first later write
+// that succeeds, so a full disk never carries a move out, or shows it in
+// the role table, ahead of the journal; the active file is renamed to
 // journal-<first seq>.jsonl past MaxBytes (the directory fsynced), Keep
 // rotated files are retained (never one the checkpoint does not cover),
 // and opening reads only the files that hold the checkpoint's successors

@@ -171,6 +171,10 @@ func (p PhaseObservation) rounded() PhaseObservation {
 
 // Sink receives every decision (the journal).
 type Sink interface {
+	// Write records d. It returns nil only when d and every record
+	// before it are written: a sink that keeps failed records to retry
+	// writes them first. The controller holds a decision's moves until
+	// then (Controller.Step).
 	Write(d *Decision) error
 	Close() error
 }

@@ -105,6 +105,7 @@ func (c *Controller) Restore(st PersistedState) error {
 		c.risks = c.risks[len(c.risks)-riskCap:]
 	}
 	c.restoredUntilNs = 0 // the next step starts restoredTTLNs again
+	c.held = c.held[:0]   // the restored state supersedes moves not carried out
 	for _, pe := range st.Engines {
 		if i, ok := c.index[pe.ID]; ok {
 			e := &c.engines[i]

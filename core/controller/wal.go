@@ -41,7 +41,10 @@ type JournalOptions struct {
 	// Ring: decisions loaded for the in-memory journal (default 1024).
 	Ring int
 	// MaxPending: records held in memory while writes fail (default
-	// 4096); beyond it the oldest is dropped and counted.
+	// 4096); beyond it the oldest record without moves is dropped and
+	// counted. A record with moves is never dropped: the controller
+	// holds its moves until it is written (there are at most as many as
+	// engines, a held engine being draining and never moved again).
 	MaxPending int
 	// RetryEvery: how often failed writes and checkpoints are retried
 	// (default 1 s).
@@ -121,6 +124,7 @@ type Journal struct {
 	first   uint64 // seq of the active segment's first record (0: empty)
 	pending [][]byte
 	pendSeq []uint64
+	pendMov []bool // the pending record has moves
 	durable uint64 // last seq written and synced
 	writeOK bool
 	lastErr error
@@ -395,11 +399,16 @@ func (j *Journal) Write(d *Decision) error {
 		return fmt.Errorf("journal write: %w", os.ErrClosed)
 	}
 	if len(j.pending) >= j.o.MaxPending {
-		j.pending, j.pendSeq = j.pending[1:], j.pendSeq[1:]
-		j.dropped.Inc()
+		if i := slices.Index(j.pendMov, false); i >= 0 {
+			j.pending = slices.Delete(j.pending, i, i+1)
+			j.pendSeq = slices.Delete(j.pendSeq, i, i+1)
+			j.pendMov = slices.Delete(j.pendMov, i, i+1)
+			j.dropped.Inc()
+		}
 	}
 	j.pending = append(j.pending, append(b, '\n'))
 	j.pendSeq = append(j.pendSeq, d.Seq)
+	j.pendMov = append(j.pendMov, len(d.Moves) > 0)
 	err = j.flushLocked()
 	j.poke()
 	return err
@@ -426,7 +435,7 @@ func (j *Journal) flushLocked() error {
 			return err
 		}
 		j.pending[0] = nil
-		j.pending, j.pendSeq = j.pending[1:], j.pendSeq[1:]
+		j.pending, j.pendSeq, j.pendMov = j.pending[1:], j.pendSeq[1:], j.pendMov[1:]
 		j.durable = max(j.durable, seq)
 	}
 	if !j.writeOK {
@@ -434,7 +443,7 @@ func (j *Journal) flushLocked() error {
 	}
 	j.writeOK, j.lastErr = true, nil
 	if len(j.pending) == 0 {
-		j.pending, j.pendSeq = nil, nil
+		j.pending, j.pendSeq, j.pendMov = nil, nil, nil
 	}
 	return nil
 }

@@ -451,3 +451,28 @@ func TestJournalRotationOpenFailureLosesNoRecords(t *testing.T) {
 		t.Fatalf("active segment: %v, %d bytes; want at most %d", err, fi.Size(), o.MaxBytes)
 	}
 }
+
+// Past MaxPending the oldest record without moves is dropped; a record
+// with moves never is (the controller holds its moves until it is
+// written, so dropping it would carry them out unjournalled).
+func TestJournalNeverDropsAPendingMove(t *testing.T) {
+	dir := t.TempDir()
+	fsys := &faultFS{}
+	j, _ := openJ(t, dir, JournalOptions{FS: fsys, RetryEvery: time.Hour, MaxPending: 3})
+	fsys.setFull(true)
+	for _, d := range []*Decision{rec(1, "e1", RolePrefill), rec(2, "", 0), rec(3, "e2", RolePrefill), rec(4, "", 0), rec(5, "", 0), rec(6, "e3", RolePrefill)} {
+		_ = j.Write(d)
+	}
+	if n := counterValue(j.dropped); n != 3 {
+		t.Fatalf("dropped %v records; want 3 (the holds 2, 4 and 5)", n)
+	}
+	fsys.setFull(false)
+	if err := j.Write(rec(7, "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	_, r := openJ(t, dir, JournalOptions{})
+	if got := fmt.Sprint(seqs(r.History)); got != "[1 3 6 7]" {
+		t.Fatalf("records %s; want [1 3 6 7] (every move kept, in order)", got)
+	}
+}
