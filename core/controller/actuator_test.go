@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -115,7 +117,8 @@ func TestMoveWaitsForItsJournalRecord(t *testing.T) {
 	j, _ := openJ(t, t.TempDir(), JournalOptions{FS: fsys, RetryEvery: time.Hour})
 	t.Cleanup(func() { j.Close() })
 	act := &recordingActuator{}
-	c := newTestController(t, testConfig(), 4, 4, WithActuator(act), WithSink(j))
+	var logs bytes.Buffer
+	c := newTestController(t, testConfig(), 4, 4, WithActuator(act), WithSink(j), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	fsys.setFull(true)
 	d := c.Step(t0, d2pInputs())
 	if d.Action != ActionMove || len(d.Moves) != 1 {
@@ -129,15 +132,23 @@ func TestMoveWaitsForItsJournalRecord(t *testing.T) {
 	if slices.Contains(tb.Prefill, id) || slices.Contains(tb.Decode, id) || !tb.Known(id) {
 		t.Fatalf("held engine %s in the role table: %v / %v; want it draining", id, tb.Prefill, tb.Decode)
 	}
-	// Still full: the next step holds too (and does not move it again).
+	// Still full: the next steps hold too (and do not move it again),
+	// and the unchanged error is logged once, not per step.
 	c.Step(t0+sec, d2pInputs())
+	c.Step(t0+sec+sec/2, d2pInputs())
 	if len(act.moves) != 0 {
 		t.Fatalf("actuator got %+v with the disk still full", act.moves)
+	}
+	if n := strings.Count(logs.String(), "journal sink"); n != 1 {
+		t.Fatalf("the same sink error logged %d times over 3 steps; want once:\n%s", n, logs.String())
 	}
 	fsys.setFull(false)
 	d3 := c.Step(t0+2*sec, d2pInputs())
 	if len(act.moves) != 1+len(d3.Moves) || act.moves[0] != d.Moves[0] {
 		t.Fatalf("after a write succeeded the actuator got %+v; want the held move %+v first", act.moves, d.Moves[0])
+	}
+	if n := strings.Count(logs.String(), "journal sink"); n != 1 {
+		t.Fatalf("sink errors logged %d times after recovery; want 1", n)
 	}
 	if j.Durable() != d3.Seq || j.Healthy() != nil {
 		t.Fatalf("durable %d, healthy %v; want %d, nil", j.Durable(), j.Healthy(), d3.Seq)

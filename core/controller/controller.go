@@ -95,8 +95,12 @@ type Controller struct {
 	// held: moves of decisions whose journal record the sink has not
 	// written yet (Step); their engines stay draining until a later
 	// write succeeds.
-	held   []Move
-	memory moveMemory
+	held []Move
+	// sinkErr: the last sink write error logged ("" after a success), so
+	// that a failing disk is logged once per change of error, not per
+	// step.
+	sinkErr string
+	memory  moveMemory
 
 	decisions [5]atomic.Uint64 // by basis (index in Bases)
 	moves     atomic.Uint64
@@ -777,8 +781,11 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	}
 	var werr error
 	if c.sink != nil {
-		if werr = c.sink.Write(&d); werr != nil {
+		if werr = c.sink.Write(&d); werr != nil && werr.Error() != c.sinkErr {
 			c.log.Error("journal sink", "err", werr)
+			c.sinkErr = werr.Error()
+		} else if werr == nil {
+			c.sinkErr = ""
 		}
 	}
 	moves := c.pendMove[:0]

@@ -285,6 +285,7 @@ engines:
 	// 2. Fill the tmpfs up to the headroom; the journal takes the rest
 	// and fails. Then the last pages go to a second filler, so that the
 	// checkpoint's failed saves cannot free pages for the journal.
+	logsAtFill := len(p.Stderr.String())
 	free := freeBytes(t, data)
 	filler := filepath.Join(data, "filler")
 	fill(t, filler, free-headroom)
@@ -371,6 +372,17 @@ engines:
 	}
 	if n := metric(t, p, "narwhal_journal_pending_records"); n < 1 {
 		t.Fatalf("narwhal_journal_pending_records %g with the disk full; want the held records", n)
+	}
+	// An error is logged once per change of error, not once per step
+	// or retry (docs: core/controller "Journal and checkpoint").
+	var errLines []string
+	for _, l := range strings.Split(p.Stderr.String()[logsAtFill:], "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) {
+			errLines = append(errLines, l)
+		}
+	}
+	if steps := int(time.Since(fullAt) / tick); len(errLines) > 6 {
+		t.Fatalf("%d ERROR lines in %d steps of a full disk; want each error once per change:\n%s", len(errLines), steps, strings.Join(errLines, "\n"))
 	}
 	t.Logf("%v: full for %v, %d records seen pending, %d of them with moves", time.Since(start).Round(time.Millisecond), time.Since(fullAt).Round(time.Millisecond), len(pending), pendingMoves)
 

@@ -7,7 +7,8 @@
 // step under a load that makes moves, runs out of space within seconds,
 // and checks by value:
 //
-//   - while the disk is full: the process stays up and logs no panic;
+//   - while the disk is full: the process stays up and logs no panic,
+//     and each error once per change of error, not once per step;
 //     /readyz answers 503 naming "no space left on device" (docs: /readyz
 //     fails while journal or checkpoint writing fails; /healthz is about
 //     the clock and stays 200); narwhal_journal_write_errors_total grows;
