@@ -282,9 +282,10 @@ engines:
 		t.Fatalf("narwhal_journal_write_errors_total %g before the disk filled; want 0", e)
 	}
 
-	// 2. Fill the tmpfs up to the headroom; the journal takes the rest
-	// and fails. Then the last pages go to a second filler, so that the
-	// checkpoint's failed saves cannot free pages for the journal.
+	// 2. Fill the tmpfs up to the headroom; the journal and the
+	// checkpoint take the rest and fail. Then the last pages go to a
+	// second filler, so that what a failed save frees cannot let the
+	// journal on.
 	logsAtFill := len(p.Stderr.String())
 	free := freeBytes(t, data)
 	filler := filepath.Join(data, "filler")
@@ -323,9 +324,6 @@ engines:
 	// controller keeps deciding, and moves, in records the disk does not
 	// hold yet.
 	errs0 := metric(t, p, "narwhal_journal_write_errors_total")
-	if errs0 < 1 {
-		t.Fatalf("narwhal_journal_write_errors_total %g while /readyz reports a failing journal; want >= 1", errs0)
-	}
 	pending := map[uint64]string{} // records seen through the API while not on disk
 	var pendingMoves int
 	for {
