@@ -88,7 +88,9 @@
 // plus the journal records after it. A failing journal write or
 // checkpoint is retried every journal.retry_s and fails /readyz until it
 // succeeds (narwhal_journal_write_errors_total,
-// narwhal_state_save_errors_total).
+// narwhal_state_save_errors_total); meanwhile a decision's moves wait
+// for its record (their engines draining), so a full disk never shows a
+// role the journal lacks (service/diskfull runs this on a real tmpfs).
 //
 // # Kubernetes (kubernetes.enabled)
 //
