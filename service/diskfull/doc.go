@@ -24,7 +24,10 @@
 //   - after SIGKILL and a restart on the same data_dir: the restored roles
 //     equal the roles before the kill and the replay of the journal.
 //
-// Without root, or where mount is refused, the test skips; with CI=true
-// it fails instead (a test that needs a real component must not pass
-// silently in CI). It builds the binary and is skipped with -short.
+// Without root, or where mount fails, the test skips; with CI=true it
+// fails instead (a test that needs a real component must not pass
+// silently in CI), except where the kernel refuses root the mount (EPERM,
+// EACCES: a container without CAP_SYS_ADMIN), which skips as the eBPF
+// liveness test does when the kernel refuses its program. It builds the
+// binary and is skipped with -short.
 package diskfull
