@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/agent"
 	"github.com/narwhal-io/narwhal/agent/engine"
+	"github.com/narwhal-io/narwhal/agent/kubediscover"
 	"github.com/narwhal-io/narwhal/service"
 )
 
@@ -27,16 +29,23 @@ type Metric struct {
 }
 
 // Catalog lists every narwhal_* metric the two processes register: a
-// narwhal-core built as a Kubernetes replica (which registers everything
-// the single-replica service does, plus the leader, cluster and demand
-// merge metrics) and a narwhal-agent with one engine and a core URL.
+// narwhal-core built as a Kubernetes replica with a data_dir (which
+// registers everything the single-replica service does, plus the leader,
+// cluster and demand merge metrics, and the journal's) and a
+// narwhal-agent with one engine, a core URL and Kubernetes discovery.
 // Families come from the collectors' descriptors; types from a gather
 // after one request to each read endpoint, else from the collector's Go
 // type, else from the name (_total: counter).
 func Catalog() ([]Metric, error) {
 	quiet := slog.New(slog.DiscardHandler)
+	dataDir, err := os.MkdirTemp("", "narwhal-refdocs-")
+	if err != nil {
+		return nil, fmt.Errorf("refdocs: %w", err)
+	}
+	defer os.RemoveAll(dataDir)
 	cfg := service.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.DataDir = dataDir
 	cfg.Auth.Token = "catalog"
 	cfg.Agents.Required = false
 	cfg.Kubernetes.Enabled = true
@@ -63,7 +72,12 @@ func Catalog() ([]Metric, error) {
 	if err != nil {
 		return nil, fmt.Errorf("refdocs: building an agent: %w", err)
 	}
-	ag, err := families("narwhal-agent", a.Collectors())
+	// The agent's discovery metrics (the DaemonSet's kubernetes.enabled).
+	d, err := kubediscover.New(fake.NewClientset(), kubediscover.Config{Enabled: true}, "n", func([]agent.EngineConfig) {})
+	if err != nil {
+		return nil, fmt.Errorf("refdocs: building a discoverer: %w", err)
+	}
+	ag, err := families("narwhal-agent", append(a.Collectors(), d.Collectors()...))
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +269,10 @@ listener) and narwhal-agent (` + "`GET /metrics`" + ` on ` + "`-listen`" + `, de
 register, with their labels. Both also export the standard ` + "`go_*`" + ` and
 ` + "`process_*`" + ` collectors. Metrics of the Kubernetes side (` + "`narwhal_leader_*`" + `,
 ` + "`narwhal_k8s_*`" + `, ` + "`narwhal_demand_merge_*`" + `) appear only with
+` + "`kubernetes.enabled`" + `, the journal's (` + "`narwhal_journal_*`" + `,
+` + "`narwhal_state_save_errors_total`" + `) only with a ` + "`data_dir`" + `, and the agent's
+` + "`narwhal_agent_discovered_engines`" + ` and
+` + "`narwhal_agent_gpu_mapping_disagreements_total`" + ` only with the agent's
 ` + "`kubernetes.enabled`" + `. The Prometheus rules and the Grafana dashboard shipped
 in ` + "`charts/narwhal/files/`" + ` build on these (docs/operator.md).
 
