@@ -205,7 +205,7 @@ func (a *Agent) initMetrics() {
 	}, []string{"engine", "state"})
 	a.priced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "narwhal_agent_engine_prefill_backlog_priced",
-		Help: "1 when the engine's prefill backlog is priced from its prefill histogram (recent or lifetime), 0 when it has timed no prefill and the backlog is reported as 0.",
+		Help: "1 when the engine's prefill backlog is priced (from its prefill histogram, recent or lifetime, or, for an engine that times no prefill, its first tokens per second while requests wait), 0 when unpriced and the backlog is reported as 0.",
 	}, []string{"engine"})
 	a.refused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "narwhal_agent_http_connections_refused_total",

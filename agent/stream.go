@@ -100,7 +100,7 @@ func NewStreamer(cfg StreamConfig) *Streamer {
 		Name: "narwhal_agent_queue_dropped_total", Help: "Reports dropped (oldest first) because the queue was full.",
 	})
 	s.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "narwhal_agent_send_errors_total", Help: "Failed sends to the core, by cause (network, status code).",
+		Name: "narwhal_agent_send_errors_total", Help: "Failed sends to the core, by cause (network, token: the token file unreadable, or the HTTP status code).",
 	}, []string{"cause"})
 	s.qlen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "narwhal_agent_queue_length", Help: "Reports waiting to be sent.",
@@ -268,7 +268,7 @@ var errPermanent = errors.New("agent: core refused the batch permanently")
 // them (200, 409 all refused, 400/413 refused) they leave the queue; on
 // anything else they stay and an error is returned. Only 200 is an
 // acknowledgement: a settled refusal is logged, counted
-// (narwhal_agent_stream_errors_total by status) and shown in /healthz
+// (narwhal_agent_send_errors_total by status code) and shown in /healthz
 // until a batch is accepted.
 func (s *Streamer) sendOnce(ctx context.Context) error {
 	s.mu.Lock()

@@ -37,7 +37,8 @@ type Backlog struct {
 	RunningPrefillS float64 `json:"running_prefill_s"`
 	// RequestsPerS is the drain rate used: prefills per second; 0 unpriced.
 	RequestsPerS float64 `json:"requests_per_s"`
-	// Source is BacklogRecent, BacklogLifetime or BacklogUnpriced.
+	// Source is BacklogRecent, BacklogLifetime, BacklogBusy or
+	// BacklogUnpriced.
 	Source string `json:"source"`
 }
 
