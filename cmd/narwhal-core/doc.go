@@ -5,8 +5,8 @@
 // schema, and `narwhal-core --help` for every setting (flags > NARWHAL_*
 // environment > YAML file given by --config or NARWHAL_CONFIG > defaults).
 //
-// With no arguments (or --demo [--listen ADDR] [--pace X] [--rate-scale X]
-// [--engines N]) it runs the demo: it binds its listener first (a taken
+// With no arguments and no NARWHAL_CONFIG (or with --demo [--listen ADDR]
+// [--pace X] [--rate-scale X] [--engines N]) it runs the demo: it binds its listener first (a taken
 // port fails at once), prints the status page's address as its first
 // line, and replays the bundled Azure code trace through the real core
 // on a simulated cluster; one line per decision on stdout. The demo takes

@@ -16,18 +16,16 @@ import (
 	"github.com/narwhal-io/narwhal/service"
 )
 
-// main: with no arguments (or --demo and its flags) it runs the demo, the
-// main job on an embedded default; otherwise the service from its
-// configuration (--config FILE, flags, NARWHAL_* environment).
+// main: with no arguments and no NARWHAL_CONFIG (or with --demo and its
+// flags) it runs the demo, the main job on an embedded default; otherwise
+// the service from its configuration (--config FILE or NARWHAL_CONFIG,
+// flags, NARWHAL_* environment).
 func main() {
 	var err error
-	switch {
-	case len(os.Args) == 1:
-		err = demoMain(nil)
-	case os.Args[1] == "--demo" || os.Args[1] == "-demo":
-		err = demoMain(os.Args[2:])
-	default:
-		err = run(os.Args[1:])
+	if demo, args := demoArgs(os.Args[1:], os.LookupEnv); demo {
+		err = demoMain(args)
+	} else {
+		err = run(args)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -37,6 +35,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "narwhal-core: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// demoArgs says whether args (the command line after the program name)
+// run the demo, and with which arguments. A configuration file named by
+// NARWHAL_CONFIG alone runs the service, as --config does: a container
+// configured through its environment must not start the demo instead.
+func demoArgs(args []string, lookupEnv func(string) (string, bool)) (bool, []string) {
+	switch {
+	case len(args) == 0:
+		cfg, _ := lookupEnv("NARWHAL_CONFIG")
+		return cfg == "", nil
+	case args[0] == "--demo" || args[0] == "-demo":
+		return true, args[1:]
+	}
+	return false, args
 }
 
 func run(args []string) error {
@@ -82,7 +95,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "narwhal-core: keeps a disaggregated LLM serving cluster within its TTFT/TPOT SLOs.\n\n")
 	fmt.Fprintf(w, "Usage:\n  narwhal-core                      the demo: a simulated cluster replays a bundled trace; status page and API on 127.0.0.1:8080\n")
 	fmt.Fprintf(w, "  narwhal-core --demo [DEMO FLAGS]  the same, with its flags\n")
-	fmt.Fprintf(w, "  narwhal-core --config FILE [--SETTING VALUE ...]   the service\n\nDemo flags (after --demo):\n")
+	fmt.Fprintf(w, "  narwhal-core --config FILE [--SETTING VALUE ...]   the service (so is NARWHAL_CONFIG=FILE narwhal-core)\n\nDemo flags (after --demo):\n")
 	dc := defaultDemo()
 	fs := demoFlags(&dc)
 	fs.VisitAll(func(f *flag.Flag) {

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,4 +49,52 @@ func TestDemoWithItsPortTakenFailsAtOnce(t *testing.T) {
 	if strings.Contains(stdout.String(), "decision ") {
 		t.Fatalf("replayed before failing: %s", stdout.String())
 	}
+}
+
+// NARWHAL_CONFIG names the configuration file as --config does: with it
+// and no arguments narwhal-core runs the service (it used to run the
+// demo, ignoring the file and every NARWHAL_* setting); without it, or
+// with --demo, the demo.
+func TestNarwhalConfigAloneRunsTheService(t *testing.T) {
+	env := func(kv map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+	}
+	for _, c := range []struct {
+		args     []string
+		env      map[string]string
+		demo     bool
+		wantArgs []string
+	}{
+		{nil, map[string]string{"NARWHAL_CONFIG": "/etc/narwhal/core.yaml"}, false, nil},
+		{nil, nil, true, nil},
+		{nil, map[string]string{"NARWHAL_CONFIG": ""}, true, nil},
+		{[]string{"--demo", "--pace", "120"}, map[string]string{"NARWHAL_CONFIG": "x.yaml"}, true, []string{"--pace", "120"}},
+		{[]string{"--config", "x.yaml"}, nil, false, []string{"--config", "x.yaml"}},
+	} {
+		demo, args := demoArgs(c.args, env(c.env))
+		if demo != c.demo || strings.Join(args, " ") != strings.Join(c.wantArgs, " ") {
+			t.Errorf("demoArgs(%q) with %v: got demo %v, args %q; want demo %v, args %q", c.args, c.env, demo, args, c.demo, c.wantArgs)
+		}
+	}
+}
+
+// The binary, run with NARWHAL_CONFIG and no argument, serves the file's
+// configuration: its listen address and its static engine.
+func TestNarwhalConfigAloneServesTheFile(t *testing.T) {
+	bin := buildBinary(t)
+	cfg := filepath.Join(t.TempDir(), "narwhal.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nagents: {required: false}\n"+
+		"engines: [{id: from-the-file, node: n, model: facebook/opt-13b, gpu: A100-80GB, role: decode}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NARWHAL_CONFIG", cfg)
+	p := startBinary(t, bin)
+	var roles struct {
+		Decode []string `json:"decode"`
+	}
+	p.getJSON(t, "/v1/roles", &roles)
+	if strings.Join(roles.Decode, ",") != "from-the-file" {
+		t.Fatalf("decode engines %q; want the file's [from-the-file]", roles.Decode)
+	}
+	p.stop(t)
 }

@@ -24,7 +24,8 @@ path ` + "`a.b`" + ` is ` + "`a: {b: ...}`" + ` in the file, ` + "`NARWHAL_A_B`"
 environment and ` + "`--a.b VALUE`" + ` (or ` + "`--a.b=VALUE`" + `) on the command line; a
 boolean flag alone means true. Durations are seconds (` + "`_s`" + `). Invalid
 values are refused at start with the field, the value and the rule.
-` + "`narwhal-core --help`" + ` prints the same list.
+` + "`narwhal-core --help`" + ` prints the same list. Without any argument and without
+` + "`NARWHAL_CONFIG`" + `, narwhal-core runs the demo instead of the service.
 
 | setting | type | default | environment | description |
 |---|---|---|---|---|
