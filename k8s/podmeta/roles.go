@@ -20,14 +20,18 @@ var ErrInvalidRoles = errors.New("podmeta: invalid role labels")
 // role table, llm-d.ai/role for llm-d's router (its inference scheduler
 // filters prefill and decode pods by that label).
 type Roles struct {
-	// Preset, when set, fills the fields left empty: "narwhal" or "llm-d".
+	// Preset fills the fields left empty: "narwhal" (narwhal.io/role;
+	// also when empty) or "llm-d" (llm-d.ai/role); values prefill and
+	// decode in both.
 	Preset string `json:"preset" yaml:"preset"`
 	// Key is the pod label that carries the role (narwhal.io/role,
-	// llm-d.ai/role).
+	// llm-d.ai/role); empty: the preset's.
 	Key string `json:"key" yaml:"key"`
-	// Prefill is the label's value for the prefill role.
+	// Prefill is the label's value for the prefill role; empty: the
+	// preset's.
 	Prefill string `json:"prefill" yaml:"prefill"`
-	// Decode is the label's value for the decode role.
+	// Decode is the label's value for the decode role; empty: the
+	// preset's.
 	Decode string `json:"decode" yaml:"decode"`
 }
 
