@@ -266,9 +266,10 @@ func solve3(m [3][4]float64) ([3]float64, bool) {
 // does not change that snapshot's scores.
 type ProfileSet struct {
 	Profiles []Profile `json:"profiles"`
-	// Default is the index of the profile used to score engines whose
-	// (model, GPU) has no profile; such engines are never moved
-	// (profile_coverage gate).
+	// Default is the index of the profile an engine without one of its
+	// own points at (its HasProfile is false, which puts the decision on
+	// observed_pressure_unprofiled: measured pressures, no prediction),
+	// and the reference profile when no prefill engine has one.
 	Default int `json:"default"`
 }
 
