@@ -354,20 +354,32 @@ func TestExposedFamiliesAreAdded(t *testing.T) {
 var operatorDocs = []string{"README.md", "docs/operator.md", "docs/llm-d.md", "charts/narwhal/README.md", "k8s/README.md"}
 
 var (
-	docMetric  = regexp.MustCompile(`\bnarwhal_[a-z0-9_]+`)
-	docEnv     = regexp.MustCompile(`\bNARWHAL_[A-Z0-9_]+`)
-	docDotPath = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*(\.[a-zA-Z0-9_]+)+$`)
-	docFileExt = regexp.MustCompile(`\.(json|jsonl|yaml|md|csv|go|png|svg|sh|txt)$`)
+	docMetric   = regexp.MustCompile(`\bnarwhal_[a-z0-9_]+`)
+	docEnv      = regexp.MustCompile(`\bNARWHAL_[A-Z0-9_]+`)
+	docSelector = regexp.MustCompile(`\b(narwhal_[a-z0-9_]+)\{([^}]*)\}`)
+	docDotPath  = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*(\.[a-zA-Z0-9_]+)+$`)
+	docFileExt  = regexp.MustCompile(`\.(json|jsonl|yaml|md|csv|go|png|svg|sh|txt)$`)
 )
 
-// The hand-written pages name only metrics, settings, Helm values and
-// variables that exist: a name renamed or removed in the code fails here
+// The hand-written pages name only metrics (and their labels), settings,
+// Helm values and variables that exist: a name renamed or removed in the code fails here
 // instead of rotting in the page (llm-d.md named two agent metrics that
 // metrics.md did not list). A name ending in "_" (narwhal_requests_*,
 // NARWHAL_*) must be the prefix of one.
 func TestOperatorDocsNameWhatExists(t *testing.T) {
 	r := root(t)
 	metrics := metricNames(t)
+	catalog, err := Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]bool{}
+	for _, m := range catalog {
+		labels[m.Name] = map[string]bool{}
+		for _, l := range m.Labels {
+			labels[m.Name][l] = true
+		}
+	}
 	envs := map[string]bool{"NARWHAL_CONFIG": true, "NARWHAL_AGENT_TOKEN": true}
 	paths := map[string]bool{} // core settings, lists and their sections
 	addPath := func(p string) {
@@ -427,6 +439,15 @@ func TestOperatorDocsNameWhatExists(t *testing.T) {
 		for _, m := range docMetric.FindAllString(text, -1) {
 			if !known(metrics, m) {
 				t.Errorf("%s names metric %s, which nothing registers (docs/metrics.md lists what does)", page, m)
+			}
+		}
+		// A selector's labels: metric{label}, {label="v"}, {a,b}.
+		for _, sel := range docSelector.FindAllStringSubmatch(text, -1) {
+			for _, part := range strings.Split(sel[2], ",") {
+				l, _, _ := strings.Cut(part, "=")
+				if l = strings.TrimSpace(l); labels[sel[1]] != nil && !labels[sel[1]][l] {
+					t.Errorf("%s names label %q of %s, which has labels %v", page, l, sel[1], labels[sel[1]])
+				}
 			}
 		}
 		for _, e := range docEnv.FindAllString(text, -1) {
