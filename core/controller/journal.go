@@ -128,10 +128,12 @@ type Decision struct {
 	KVExhaustion   bool            `json:"kv_exhaustion_projected,omitempty"`
 	DemandEvidence *DemandEvidence `json:"demand_evidence,omitempty"`
 	// Profiles priced this decision: each profile of a live serving
-	// engine, its origin and source, and its calibration fit error;
-	// Unprofiled names "model on GPU" of the engines without one.
-	Profiles   []ProfileUse `json:"profiles,omitempty"`
-	Unprofiled []string     `json:"unprofiled,omitempty"`
+	// engine, its origin and source, and its calibration fit error.
+	Profiles []ProfileUse `json:"profiles,omitempty"`
+	// Unprofiled names "model on GPU" of the live serving engines
+	// without a profile (they put the decision on
+	// observed_pressure_unprofiled).
+	Unprofiled []string `json:"unprofiled,omitempty"`
 }
 
 // roundJ rounds a value for the journal and state: 6 decimals; NaN as 0
