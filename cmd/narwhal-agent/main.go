@@ -264,7 +264,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		w := liveness.NewProc("/proc", 256)
 		go w.Run(ctx, pollNs)
 		defer w.Close()
-		opts = append(opts, agent.WithWatcher(w, "configured: proc"))
+		opts = append(opts, agent.WithWatcher(w, "")) // chosen, not a fallback from eBPF
 	}
 	a, err := agent.New(cfg, opts...)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -177,6 +178,47 @@ func TestServeCapsConnections(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no /metrics after the held connections closed: %d", code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// With liveness: proc configured, /healthz names /proc as the source and
+// no eBPF failure: it used to say "proc (eBPF unavailable: configured:
+// proc)" although eBPF was never tried.
+func TestServeHealthNamesConfiguredProcLiveness(t *testing.T) {
+	addr := freeAddr(t)
+	cfg := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: proc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var logs syncBuf
+	go func() { done <- run(ctx, []string{"run", "-config", cfg, "-listen", addr}, io.Discard, &logs) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c, b := get("http://" + addr + "/healthz"); c != 0 {
+			var h struct {
+				Liveness string `json:"liveness"`
+			}
+			if err := json.Unmarshal([]byte(b), &h); err != nil {
+				t.Fatalf("/healthz %d: %v: %q", c, err, b)
+			}
+			if h.Liveness != "proc" {
+				t.Fatalf(`/healthz liveness %q; want "proc"`, h.Liveness)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			logs.mu.Lock()
+			t.Fatalf("agent did not serve /healthz; logs:\n%s", logs.b.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
