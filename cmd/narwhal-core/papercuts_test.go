@@ -92,9 +92,9 @@ func TestNarwhalConfigAloneServesTheFile(t *testing.T) {
 	var roles struct {
 		Decode []string `json:"decode"`
 	}
-	p.getJSON(t, "/v1/roles", &roles)
+	p.GetJSON(t, "/v1/roles", &roles)
 	if strings.Join(roles.Decode, ",") != "from-the-file" {
 		t.Fatalf("decode engines %q; want the file's [from-the-file]", roles.Decode)
 	}
-	p.stop(t)
+	p.Stop(t)
 }
