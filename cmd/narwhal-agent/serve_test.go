@@ -130,29 +130,7 @@ func TestServeCapsConnections(t *testing.T) {
 	if code != 1 || !strings.Contains(busy.b.String(), "address already in use") {
 		t.Fatalf("listen address taken: exit %d, logs %q; want 1 and the bind error", code, busy.b.String())
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int)
-	var logs syncBuf
-	go func() {
-		done <- run(ctx, []string{"run", "-config", cfg, "-listen", addr, "-max-connections", "2"}, io.Discard, &logs)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("exit %d", code)
-		}
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if c, _ := get("http://" + addr + "/metrics"); c == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			logs.mu.Lock()
-			t.Fatalf("agent did not serve /metrics; logs:\n%s", logs.b.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	serveAgent(t, addr, "/metrics", func(c int, _ string) bool { return c == 200 }, "-config", cfg, "-listen", addr, "-max-connections", "2")
 	http.DefaultClient.CloseIdleConnections() // the probe's keep-alive
 	// Of three connections opened at once, at least one is refused (more
 	// while the probe's is still closing), each answered 503 at once.
@@ -163,7 +141,7 @@ func TestServeCapsConnections(t *testing.T) {
 	// Until the server has seen the held connections close, a probe may
 	// itself be refused (and counted): count those too.
 	want := refused
-	deadline = time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		code, m := get("http://" + addr + "/metrics")
 		if code == 503 {
@@ -192,33 +170,42 @@ func TestServeHealthNamesConfiguredProcLiveness(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: proc\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	_, b := serveAgent(t, addr, "/healthz", func(c int, _ string) bool { return c != 0 }, "-config", cfg, "-listen", addr)
+	var h struct {
+		Liveness string `json:"liveness"`
+	}
+	if err := json.Unmarshal([]byte(b), &h); err != nil {
+		t.Fatalf("/healthz: %v: %q", err, b)
+	}
+	if h.Liveness != "proc" {
+		t.Fatalf(`/healthz liveness %q; want "proc"`, h.Liveness)
+	}
+}
+
+// serveAgent runs the agent with "run" and args until the test ends
+// (then it must exit 0), and waits up to 5 s for GET path on addr to
+// satisfy ready, returning that answer.
+func serveAgent(t *testing.T, addr, path string, ready func(code int, body string) bool, args ...string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var logs syncBuf
-	go func() { done <- run(ctx, []string{"run", "-config", cfg, "-listen", addr}, io.Discard, &logs) }()
-	defer func() {
+	go func() { done <- run(ctx, append([]string{"run"}, args...), io.Discard, &logs) }()
+	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
 			t.Errorf("exit %d", code)
 		}
-	}()
+	})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if c, b := get("http://" + addr + "/healthz"); c != 0 {
-			var h struct {
-				Liveness string `json:"liveness"`
-			}
-			if err := json.Unmarshal([]byte(b), &h); err != nil {
-				t.Fatalf("/healthz %d: %v: %q", c, err, b)
-			}
-			if h.Liveness != "proc" {
-				t.Fatalf(`/healthz liveness %q; want "proc"`, h.Liveness)
-			}
-			return
+		if c, b := get("http://" + addr + path); ready(c, b) {
+			return c, b
 		}
 		if time.Now().After(deadline) {
 			logs.mu.Lock()
-			t.Fatalf("agent did not serve /healthz; logs:\n%s", logs.b.String())
+			defer logs.mu.Unlock()
+			t.Fatalf("agent did not serve %s; logs:\n%s", path, logs.b.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
