@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -24,6 +26,20 @@ type Status struct {
 	NextRetryNs int64  `json:"next_retry_ns,omitempty"`
 	// LastReadNs is when devices were last read successfully.
 	LastReadNs int64 `json:"last_read_ns,omitempty"`
+	// Devices is how many GPUs and MIG instances that read listed, and
+	// Problems those with a fault (Device.Problem), as of LastReadNs.
+	Devices  int             `json:"devices"`
+	Problems []DeviceProblem `json:"problems,omitempty"`
+}
+
+// DeviceProblem is one device's fault at the last read.
+type DeviceProblem struct {
+	Index int `json:"index"`
+	// MIGIndex is set for a MIG instance of GPU Index.
+	MIGIndex    *int     `json:"mig_index,omitempty"`
+	UUID        string   `json:"uuid,omitempty"`
+	MemoryKnown bool     `json:"memory_known"`
+	Notes       []string `json:"notes"`
 }
 
 // Manager owns a Client and its degraded mode.
@@ -34,6 +50,11 @@ type Manager struct {
 	mu      sync.Mutex
 	st      Status
 	backoff int64
+	// logged is each faulty device's notes as last logged, by position
+	// (GPU index, MIG index): a fault is logged when it appears or
+	// changes, and its end once. Rebuilt per read: at most one entry per
+	// device listed.
+	logged map[string]string
 }
 
 // NewManager returns a manager over lib (Library() for the real one).
@@ -44,7 +65,8 @@ func NewManager(lib Interface, timeout time.Duration, logger *slog.Logger) *Mana
 	return &Manager{c: NewClient(lib, timeout, logger), log: logger, st: Status{Reason: "not initialized yet"}}
 }
 
-// Status returns the current health.
+// Status returns the current health. Its Problems are shared with later
+// calls: read them, do not modify them.
 func (m *Manager) Status() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -70,7 +92,8 @@ func (m *Manager) Devices(ctx context.Context, nowNs int64) ([]Device, error) {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		m.log.Info("NVML initialized", "attempts", m.st.Attempts)
-		m.st = Status{Available: true, Attempts: m.st.Attempts}
+		// the last read's time and problems stand until this one
+		m.st.Available, m.st.Reason, m.st.NextRetryNs = true, "", 0
 		m.backoff = 0
 	}
 	ds, err := m.c.Devices(ctx)
@@ -80,7 +103,42 @@ func (m *Manager) Devices(ctx context.Context, nowNs int64) ([]Device, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	m.st.LastReadNs = nowNs
+	m.noteProblems(ds)
 	return ds, nil
+}
+
+// noteProblems records the faulty devices of a read in the status and
+// logs each change: a device's fault appearing or changing (warn), or
+// ending (info).
+func (m *Manager) noteProblems(ds []Device) {
+	var ps []DeviceProblem
+	now := make(map[string]string)
+	for i := range ds {
+		d := &ds[i]
+		if !d.Problem {
+			continue
+		}
+		p := DeviceProblem{Index: d.Index, UUID: d.UUID, MemoryKnown: d.Memory.Known, Notes: append([]string(nil), d.Notes...)}
+		key := "gpu " + strconv.Itoa(d.Index)
+		if d.Parent != "" {
+			mi := d.MIGIndex
+			p.MIGIndex = &mi
+			key += " mig " + strconv.Itoa(d.MIGIndex)
+		}
+		ps = append(ps, p)
+		notes := strings.Join(d.Notes, "; ")
+		now[key] = notes
+		if m.logged[key] != notes {
+			m.log.Warn("NVML device problem", "device", key, "uuid", d.UUID, "memory_known", d.Memory.Known, "notes", notes)
+		}
+	}
+	for key := range m.logged {
+		if _, ok := now[key]; !ok {
+			m.log.Info("NVML device problem cleared", "device", key)
+		}
+	}
+	m.logged = now
+	m.st.Devices, m.st.Problems = len(ds), ps
 }
 
 func (m *Manager) degrade(nowNs int64, err error) {

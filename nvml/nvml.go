@@ -108,119 +108,237 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	})
 }
 
-// Devices reads every device (and MIG instance) under one timeout.
+// Read limits: counts beyond them are not what a node holds but garbage
+// (a driver in a bad state), and reading them would loop for as long.
+const (
+	maxDevices   = 64 // GPUs NVML may report on one node
+	maxMIGPerGPU = 16 // MIG device slots per GPU (NVML has 7 at most)
+	// maxMemoryBytes: a memory figure above 1 PiB is nonsense.
+	maxMemoryBytes = 1 << 50
+	// processTries bounds the process-list call while it answers
+	// ERROR_INSUFFICIENT_SIZE (the list grew between NVML's size query
+	// and the copy; NVML's documented answer is to ask again).
+	processTries = 3
+	// valueNotAvailable is NVML_VALUE_NOT_AVAILABLE in a 64-bit field: a
+	// process's memory that NVML cannot attribute (MIG, vGPU, WDDM).
+	valueNotAvailable = ^uint64(0)
+)
+
+// libraryGone reports whether ret says NVML as a whole stopped answering
+// (shut down, its driver unloaded or replaced), not one device.
+func libraryGone(ret gonvml.Return) bool {
+	switch ret {
+	case gonvml.ERROR_UNINITIALIZED, gonvml.ERROR_DRIVER_NOT_LOADED, gonvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return true
+	}
+	return false
+}
+
+// reader makes one Devices read's calls and remembers the first that
+// said the library is gone.
+type reader struct{ gone gonvml.Return }
+
+func (r *reader) do(f func() gonvml.Return) gonvml.Return {
+	ret := safe(f)
+	if libraryGone(ret) && r.gone == gonvml.SUCCESS {
+		r.gone = ret
+	}
+	return ret
+}
+
+// note records on d what could not be read; problem says whether it is a
+// fault (counted and logged by the Manager) rather than something this
+// part does not do.
+func (d *Device) note(problem bool, s string) {
+	d.Notes = append(d.Notes, s)
+	d.Problem = d.Problem || problem
+}
+
+// unsupported: the part does not do it (a fact, not a fault).
+func unsupported(ret gonvml.Return) bool {
+	return ret == gonvml.ERROR_NOT_SUPPORTED || ret == gonvml.ERROR_FUNCTION_NOT_FOUND
+}
+
+// Devices reads every device (and MIG instance) under one timeout. A
+// call answering that the library itself is gone (ERROR_UNINITIALIZED,
+// ERROR_DRIVER_NOT_LOADED, ERROR_LIB_RM_VERSION_MISMATCH: a driver
+// reloaded or replaced under the agent) fails the whole read, so the
+// Manager re-initialises NVML rather than list every device as unknown
+// for as long as the agent runs.
 func (c *Client) Devices(ctx context.Context) ([]Device, error) {
 	if !c.inited.Load() {
 		return nil, ErrNotInitialized
 	}
 	var out []Device
 	err := c.call(ctx, "Devices", func() error {
+		rd := &reader{}
 		var n int
-		ret := safe(func() gonvml.Return { var r gonvml.Return; n, r = c.lib.DeviceGetCount(); return r })
+		ret := rd.do(func() gonvml.Return { var r gonvml.Return; n, r = c.lib.DeviceGetCount(); return r })
 		if ret != gonvml.SUCCESS {
 			return fmt.Errorf("nvml: DeviceGetCount: %s", ret.Error())
 		}
-		for i := 0; i < n; i++ {
+		if n < 0 || n > maxDevices {
+			return fmt.Errorf("nvml: DeviceGetCount: %d devices: implausible (0..%d)", n, maxDevices)
+		}
+		for i := 0; i < n && rd.gone == gonvml.SUCCESS; i++ {
 			var h gonvml.Device
-			ret := safe(func() gonvml.Return { var r gonvml.Return; h, r = c.lib.DeviceGetHandleByIndex(i); return r })
+			ret := rd.do(func() gonvml.Return { var r gonvml.Return; h, r = c.lib.DeviceGetHandleByIndex(i); return r })
 			if ret != gonvml.SUCCESS || h == nil {
-				out = append(out, Device{Index: i, Notes: []string{"DeviceGetHandleByIndex: " + ret.Error()}})
+				d := Device{Index: i}
+				d.note(true, "DeviceGetHandleByIndex: "+ret.Error())
+				out = append(out, d)
 				continue
 			}
-			d := readDevice(h, i)
-			d.MIG = migEnabled(h)
-			out = append(out, d)
-			if d.MIG {
-				out = append(out, readMIG(h, d.UUID, &out[len(out)-1])...)
+			out = append(out, readDevice(rd, h, i))
+			pd := &out[len(out)-1]
+			pd.MIG = migEnabled(rd, h)
+			switch {
+			case !pd.MIG:
+			case pd.UUID == "":
+				// its instances could not name their parent and would
+				// pass for a whole GPU of the same index
+				pd.note(true, "MIG instances not listed: the GPU's UUID is unknown")
+			default:
+				out = append(out, readMIG(rd, h, pd.UUID, pd)...)
 			}
+		}
+		if rd.gone != gonvml.SUCCESS {
+			out = nil
+			return fmt.Errorf("nvml: %s during the device read: NVML must be initialised again", rd.gone.Error())
 		}
 		return nil
 	})
 	return out, err
 }
 
-func readDevice(h gonvml.Device, index int) Device {
+func readDevice(rd *reader, h gonvml.Device, index int) Device {
 	d := Device{Index: index}
-	ret := safe(func() gonvml.Return { var r gonvml.Return; d.UUID, r = h.GetUUID(); return r })
+	ret := rd.do(func() gonvml.Return { var r gonvml.Return; d.UUID, r = h.GetUUID(); return r })
 	if ret != gonvml.SUCCESS {
-		d.Notes = append(d.Notes, "GetUUID: "+ret.Error())
+		d.UUID = ""
+		d.note(true, "GetUUID: "+ret.Error())
 	}
-	ret = safe(func() gonvml.Return { var r gonvml.Return; d.Name, r = h.GetName(); return r })
+	ret = rd.do(func() gonvml.Return { var r gonvml.Return; d.Name, r = h.GetName(); return r })
 	if ret != gonvml.SUCCESS {
-		d.Notes = append(d.Notes, "GetName: "+ret.Error())
+		d.Name = ""
+		d.note(true, "GetName: "+ret.Error())
 	}
-	d.Memory, d.Notes = readMemory(h, d.Notes)
-	d.Utilization, d.Notes = readUtilization(h, d.Notes)
-	d.Processes, d.Notes = readProcesses(h, d.Notes)
+	readMemory(rd, h, &d)
+	readUtilization(rd, h, &d)
+	readProcesses(rd, h, &d)
 	return d
 }
 
-// readUtilization reads GetUtilizationRates; failing leaves Known false
-// with a note.
-func readUtilization(h gonvml.Device, notes []string) (Utilization, []string) {
+// readUtilization reads GetUtilizationRates; failing, or a share above
+// 100 %, leaves Known false with a note.
+func readUtilization(rd *reader, h gonvml.Device, d *Device) {
 	var u gonvml.Utilization
-	ret := safe(func() gonvml.Return { var r gonvml.Return; u, r = h.GetUtilizationRates(); return r })
+	ret := rd.do(func() gonvml.Return { var r gonvml.Return; u, r = h.GetUtilizationRates(); return r })
 	if ret != gonvml.SUCCESS || u.Gpu > 100 {
-		return Utilization{}, append(notes, fmt.Sprintf("utilization unknown: GetUtilizationRates: %s (gpu %d %%)", ret.Error(), u.Gpu))
+		d.note(!unsupported(ret), fmt.Sprintf("utilization unknown: GetUtilizationRates: %s (gpu %d %%)", ret.Error(), u.Gpu))
+		return
 	}
-	return Utilization{GPUPercent: u.Gpu, Known: true}, notes
+	d.Utilization = Utilization{GPUPercent: u.Gpu, Known: true}
 }
 
-// readMemory tries GetMemoryInfo_v2, then v1; both failing leaves Known
-// false with a note.
-func readMemory(h gonvml.Device, notes []string) (Memory, []string) {
+// implausible says what is wrong with memory figures no GPU can have
+// ("" when they can be used): a total of 0 or above maxMemoryBytes, a
+// part larger than the total, or used and free adding up to more (v1:
+// used + free = total; v2 leaves reserved out of both).
+func implausible(total, used, free, reserved uint64) string {
+	switch {
+	case total == 0 || total > maxMemoryBytes:
+		return fmt.Sprintf("implausible total %d B", total)
+	case used > total || free > total || reserved > total || used+free > total:
+		return fmt.Sprintf("implausible: used %d B, free %d B, reserved %d B of %d B", used, free, reserved, total)
+	}
+	return ""
+}
+
+// readMemory tries GetMemoryInfo_v2, then v1 (also when v2's figures are
+// implausible); both failing leaves Known false with a note.
+func readMemory(rd *reader, h gonvml.Device, d *Device) {
 	var m2 gonvml.Memory_v2
-	r2 := safe(func() gonvml.Return { var r gonvml.Return; m2, r = h.GetMemoryInfo_v2(); return r })
+	r2 := rd.do(func() gonvml.Return { var r gonvml.Return; m2, r = h.GetMemoryInfo_v2(); return r })
+	why2 := r2.Error()
 	if r2 == gonvml.SUCCESS {
-		return Memory{TotalBytes: m2.Total, UsedBytes: m2.Used, FreeBytes: m2.Free, ReservedBytes: m2.Reserved,
-			Source: "v2", Known: true}, notes
+		if why2 = implausible(m2.Total, m2.Used, m2.Free, m2.Reserved); why2 == "" {
+			d.Memory = Memory{TotalBytes: m2.Total, UsedBytes: m2.Used, FreeBytes: m2.Free, ReservedBytes: m2.Reserved,
+				Source: "v2", Known: true}
+			return
+		}
 	}
 	var m1 gonvml.Memory
-	r1 := safe(func() gonvml.Return { var r gonvml.Return; m1, r = h.GetMemoryInfo(); return r })
+	r1 := rd.do(func() gonvml.Return { var r gonvml.Return; m1, r = h.GetMemoryInfo(); return r })
+	why1 := r1.Error()
 	if r1 == gonvml.SUCCESS {
-		return Memory{TotalBytes: m1.Total, UsedBytes: m1.Used, FreeBytes: m1.Free, Source: "v1", Known: true}, notes
+		if why1 = implausible(m1.Total, m1.Used, m1.Free, 0); why1 == "" {
+			d.Memory = Memory{TotalBytes: m1.Total, UsedBytes: m1.Used, FreeBytes: m1.Free, Source: "v1", Known: true}
+			if r2 == gonvml.SUCCESS {
+				d.note(false, "GetMemoryInfo_v2: "+why2+"; using GetMemoryInfo")
+			}
+			return
+		}
 	}
-	return Memory{}, append(notes, fmt.Sprintf("memory unknown: GetMemoryInfo_v2: %s; GetMemoryInfo: %s", r2.Error(), r1.Error()))
+	d.note(true, fmt.Sprintf("memory unknown: GetMemoryInfo_v2: %s; GetMemoryInfo: %s", why2, why1))
 }
 
-func readProcesses(h gonvml.Device, notes []string) ([]Process, []string) {
+// readProcesses reads the compute processes, asking again (processTries
+// in all) while NVML answers ERROR_INSUFFICIENT_SIZE. A process whose
+// memory NVML cannot attribute (NVML_VALUE_NOT_AVAILABLE) gets UsedBytes
+// 0.
+func readProcesses(rd *reader, h gonvml.Device, d *Device) {
 	var ps []gonvml.ProcessInfo
-	ret := safe(func() gonvml.Return { var r gonvml.Return; ps, r = h.GetComputeRunningProcesses(); return r })
+	var ret gonvml.Return
+	for try := 0; try < processTries; try++ {
+		ret = rd.do(func() gonvml.Return { var r gonvml.Return; ps, r = h.GetComputeRunningProcesses(); return r })
+		if ret != gonvml.ERROR_INSUFFICIENT_SIZE {
+			break
+		}
+	}
 	if ret != gonvml.SUCCESS {
-		return nil, append(notes, "GetComputeRunningProcesses: "+ret.Error())
+		d.note(!unsupported(ret), "GetComputeRunningProcesses: "+ret.Error())
+		return
 	}
-	out := make([]Process, 0, len(ps))
+	d.Processes = make([]Process, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, Process{PID: p.Pid, UsedBytes: p.UsedGpuMemory})
+		used := p.UsedGpuMemory
+		if used == valueNotAvailable {
+			used = 0
+		}
+		d.Processes = append(d.Processes, Process{PID: p.Pid, UsedBytes: used})
 	}
-	return out, notes
 }
 
-func migEnabled(h gonvml.Device) bool {
+func migEnabled(rd *reader, h gonvml.Device) bool {
 	var cur int
-	ret := safe(func() gonvml.Return { var r gonvml.Return; cur, _, r = h.GetMigMode(); return r })
+	ret := rd.do(func() gonvml.Return { var r gonvml.Return; cur, _, r = h.GetMigMode(); return r })
 	return ret == gonvml.SUCCESS && cur == gonvml.DEVICE_MIG_ENABLE
 }
 
-func readMIG(h gonvml.Device, parent string, pd *Device) []Device {
+func readMIG(rd *reader, h gonvml.Device, parent string, pd *Device) []Device {
 	var n int
-	ret := safe(func() gonvml.Return { var r gonvml.Return; n, r = h.GetMaxMigDeviceCount(); return r })
+	ret := rd.do(func() gonvml.Return { var r gonvml.Return; n, r = h.GetMaxMigDeviceCount(); return r })
 	if ret != gonvml.SUCCESS {
-		pd.Notes = append(pd.Notes, "GetMaxMigDeviceCount: "+ret.Error())
+		pd.note(true, "GetMaxMigDeviceCount: "+ret.Error())
+		return nil
+	}
+	if n < 0 || n > maxMIGPerGPU {
+		pd.note(true, fmt.Sprintf("GetMaxMigDeviceCount: %d: implausible (0..%d); MIG instances not listed", n, maxMIGPerGPU))
 		return nil
 	}
 	var out []Device
-	for i := 0; i < n; i++ {
+	for i := 0; i < n && rd.gone == gonvml.SUCCESS; i++ {
 		var mh gonvml.Device
-		ret := safe(func() gonvml.Return { var r gonvml.Return; mh, r = h.GetMigDeviceHandleByIndex(i); return r })
+		ret := rd.do(func() gonvml.Return { var r gonvml.Return; mh, r = h.GetMigDeviceHandleByIndex(i); return r })
 		if ret == gonvml.ERROR_NOT_FOUND || ret == gonvml.ERROR_INVALID_ARGUMENT {
 			continue // no instance in this slot
 		}
 		if ret != gonvml.SUCCESS || mh == nil {
-			pd.Notes = append(pd.Notes, fmt.Sprintf("GetMigDeviceHandleByIndex(%d): %s", i, ret.Error()))
+			pd.note(true, fmt.Sprintf("GetMigDeviceHandleByIndex(%d): %s", i, ret.Error()))
 			continue
 		}
-		d := readDevice(mh, pd.Index)
+		d := readDevice(rd, mh, pd.Index)
 		d.Parent, d.MIGIndex = parent, i
 		out = append(out, d)
 	}

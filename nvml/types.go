@@ -41,7 +41,9 @@ type Utilization struct {
 
 // Process is one compute process on a device (host PID namespace).
 type Process struct {
-	PID       uint32 `json:"pid"`
+	PID uint32 `json:"pid"`
+	// UsedBytes is 0 when NVML cannot attribute memory to the process
+	// (NVML_VALUE_NOT_AVAILABLE: MIG instances, vGPU).
 	UsedBytes uint64 `json:"used_bytes"`
 }
 
@@ -57,7 +59,13 @@ type Device struct {
 	MIG         bool        `json:"mig_enabled,omitempty"` // a parent with MIG mode on
 	Memory      Memory      `json:"memory"`
 	Utilization Utilization `json:"utilization"`
-	Processes   []Process   `json:"processes"`
+	// Processes is nil when the list could not be read (see Notes).
+	Processes []Process `json:"processes"`
 	// Notes say what could not be read and why.
 	Notes []string `json:"notes,omitempty"`
+	// Problem is true when a note is a fault: a call that failed, or
+	// figures no GPU can have. It is false for what the part does not do
+	// (ERROR_NOT_SUPPORTED utilization or process list: MIG instances,
+	// some vGPU and consumer parts).
+	Problem bool `json:"problem,omitempty"`
 }
