@@ -76,6 +76,10 @@ type engineState struct {
 	// scrape's waiting and running requests priced with it.
 	rate    engine.PrefillRate
 	backlog engine.Backlog
+	// gpuKind is the GPU kind last named by NVML for the GPUs in
+	// gpuKindFor: a read that cannot name them (a lost GPU, NVML down)
+	// keeps it rather than report the engine on another kind.
+	gpuKind, gpuKindFor string
 }
 
 // Agent collects one node's engine facts and streams them to the core.
@@ -95,12 +99,15 @@ type Agent struct {
 	byPID      map[int32]*engineState
 	byPort     map[liveness.Socket]*engineState
 	gpus       []nvml.Device
+	gpusAtNs   int64 // when gpus were read; their memory is used within stale_after_s
+	memStale   bool  // gpus' memory is past stale_after_s (logged once per change)
 	lastSnapNs int64
 
 	scrapes   *prometheus.CounterVec
 	scrapeDur prometheus.Histogram
 	liveEv    *prometheus.CounterVec
 	nvmlUp    prometheus.GaugeFunc
+	nvmlProbs prometheus.GaugeFunc
 	kvTokens  *prometheus.GaugeVec
 	kvCap     *prometheus.GaugeVec
 	kvDisagr  *prometheus.GaugeVec
@@ -190,6 +197,15 @@ func (a *Agent) initMetrics() {
 		}
 		return 0
 	})
+	a.nvmlProbs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "narwhal_agent_nvml_device_problems",
+		Help: "GPUs and MIG instances with a fault at the last NVML read (a lost GPU, a failed call, implausible memory figures; listed in /healthz nvml.problems).",
+	}, func() float64 {
+		if a.nvml == nil {
+			return 0
+		}
+		return float64(len(a.nvml.Status().Problems))
+	})
 	a.kvTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "narwhal_agent_engine_kv_tokens", Help: "KV cache tokens in use, per engine (from its metrics).",
 	}, []string{"engine"})
@@ -220,7 +236,7 @@ func (a *Agent) HTTPRefused() prometheus.Counter { return a.refused }
 
 // Collectors returns the agent's metrics (narwhal_agent_*).
 func (a *Agent) Collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.kvTokens, a.kvCap, a.kvDisagr, a.backlogS, a.priced, a.refused}
+	cs := []prometheus.Collector{a.scrapes, a.scrapeDur, a.liveEv, a.nvmlUp, a.nvmlProbs, a.kvTokens, a.kvCap, a.kvDisagr, a.backlogS, a.priced, a.refused}
 	if a.stream != nil {
 		cs = append(cs, a.stream.Collectors()...)
 	}
@@ -261,10 +277,11 @@ func (a *Agent) hello() wire.Hello {
 // snapshot to send.
 func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 	var gpus []nvml.Device
+	fresh := false // NVML was read at this collection
 	if a.nvml != nil {
 		ds, err := a.nvml.Devices(ctx, nowNs)
 		if err == nil {
-			gpus = ds
+			gpus, fresh = ds, true
 		}
 	}
 	type result struct {
@@ -298,9 +315,10 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if gpus != nil {
-		a.gpus = gpus
+	if fresh {
+		a.gpus, a.gpusAtNs = gpus, nowNs
 	}
+	a.noteMemStaleLocked(nowNs)
 	// SetEngines may have replaced the list while the engines were
 	// scraped: an engine it removed is neither reported nor given metric
 	// series again (it deleted them, and nothing would delete them twice).
@@ -324,7 +342,7 @@ func (a *Agent) Collect(ctx context.Context, nowNs int64) wire.Snapshot {
 			a.scrapes.WithLabelValues(e.cfg.ID, "error").Inc()
 		} else {
 			e.latency = latencySince(e.metrics, r.m, e.lastOKNs, nowNs)
-			if u, ok := a.engineBusyLocked(e.cfg.GPUs); ok && e.latency != nil && gpus != nil {
+			if u, ok := a.engineBusyLocked(e.cfg.GPUs); ok && e.latency != nil && fresh {
 				// the busy seconds the controller weighs a prefill
 				// pool's work by: this collection's utilization sample
 				// over the whole interval
@@ -388,16 +406,33 @@ func (a *Agent) engineBusyLocked(ids []string) (float64, bool) {
 	return sum / float64(len(ids)), true
 }
 
+// noteMemStaleLocked marks the GPUs' memory stale once NVML has not been
+// read within stale_after_s (clock stepped back behind the read: stale
+// too), logging each change.
+func (a *Agent) noteMemStaleLocked(nowNs int64) {
+	stale := len(a.gpus) > 0 && (nowNs < a.gpusAtNs || nowNs-a.gpusAtNs > int64(a.cfg.StaleAfterS*1e9))
+	if stale != a.memStale {
+		if stale {
+			a.log.Warn("NVML not read within stale_after_s: GPU memory unknown, KV limits not cross-checked until it answers",
+				"last_read_ns", a.gpusAtNs)
+		} else {
+			a.log.Info("NVML read again: GPU memory known")
+		}
+	}
+	a.memStale = stale
+}
+
 // engineMemLocked is the smallest total memory among the engine's GPUs
-// (by UUID or index); 0 when any is unknown.
+// (by UUID or index); 0 when any is unknown (its memory not read, a
+// total of 0, or NVML not read within stale_after_s).
 func (a *Agent) engineMemLocked(ids []string) uint64 {
-	if len(ids) == 0 || len(a.gpus) == 0 {
+	if len(ids) == 0 || len(a.gpus) == 0 || a.memStale {
 		return 0
 	}
 	var low uint64
 	for _, id := range ids {
 		found := a.gpuLocked(id)
-		if found == nil || !found.Memory.Known {
+		if found == nil || !found.Memory.Known || found.Memory.TotalBytes == 0 {
 			return 0
 		}
 		if low == 0 || found.Memory.TotalBytes < low {
@@ -429,11 +464,28 @@ func (a *Agent) gpuKindLocked(c EngineConfig) string {
 	return ""
 }
 
+// engineGPUKindLocked is gpuKindLocked kept per engine: when NVML cannot
+// name the engine's GPUs now (a lost GPU, NVML down), the kind it last
+// named for the same GPUs stands.
+func (a *Agent) engineGPUKindLocked(e *engineState) string {
+	k := a.gpuKindLocked(e.cfg)
+	if e.cfg.GPUKind != "" {
+		return k
+	}
+	key := strings.Join(e.cfg.GPUs, ",")
+	if k != "" {
+		e.gpuKind, e.gpuKindFor = k, key
+	} else if e.gpuKindFor == key {
+		k = e.gpuKind
+	}
+	return k
+}
+
 func (a *Agent) reportLocked(e *engineState) wire.EngineReport {
 	live := e.scrapeErr == "" && e.lastOKNs > 0 && e.deadAtNs == 0
 	m := e.metrics
 	r := wire.EngineReport{
-		ID: e.cfg.ID, Model: e.cfg.Model, GPU: a.gpuKindLocked(e.cfg), Role: e.role, Live: live,
+		ID: e.cfg.ID, Model: e.cfg.Model, GPU: a.engineGPUKindLocked(e), Role: e.role, Live: live,
 		Resident: controller.Resident{DecodeSeqs: max(m.Running, 0), KVTokens: max(m.KVUsedTokens, 0),
 			QueuedPrefillS: e.backlog.QueuedPrefillS, RunningPrefillS: e.backlog.RunningPrefillS},
 		RunningRequests: m.Running, QueuedRequests: m.Waiting,
@@ -544,8 +596,9 @@ type EngineHealth struct {
 // Health judges freshness at nowNs: not OK when no snapshot was collected
 // within stale_after_s, when no engine was scraped within it (with
 // engines configured), or when the core has not acknowledged within it.
-// NVML degraded and /proc liveness are reported but do not fail health:
-// the agent still does useful work.
+// NVML degraded, NVML device problems (nvml.problems) and /proc liveness
+// are reported but do not fail health: the agent still does useful work,
+// and restarting it mends no GPU.
 func (a *Agent) Health(nowNs int64) Health {
 	stale := int64(a.cfg.StaleAfterS * 1e9)
 	a.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/liveness"
+	"github.com/narwhal-io/narwhal/nvml"
 )
 
 func TestCollectLivenessAndHealth(t *testing.T) {
@@ -271,5 +272,78 @@ func TestRestartedEngineLiveAfterClockStepsBack(t *testing.T) {
 		if e := a.Collect(ctx, now).Engines[0]; !e.Live || e.ScrapeError != "" {
 			t.Fatalf("restarted engine at %d: %+v; want live (the scrape after the exit worked)", now, e)
 		}
+	}
+}
+
+// fakeNVML is an NVMLSource answering devs (or err).
+type fakeNVML struct {
+	devs []nvml.Device
+	err  error
+}
+
+func (f *fakeNVML) Devices(context.Context, int64) ([]nvml.Device, error) { return f.devs, f.err }
+func (f *fakeNVML) Status() nvml.Status                                   { return nvml.Status{Available: f.err == nil} }
+
+// A GPU whose memory total reads 0 makes its engines' NVML bound unknown:
+// it used to be skipped as "no minimum yet", so an engine on GPUs 0 and 1
+// got GPU 1's memory as its bound when GPU 0 came first.
+func TestZeroMemoryTotalIsUnknown(t *testing.T) {
+	geo := engine.Geometry{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
+	src := &fakeNVML{devs: []nvml.Device{
+		{Index: 0, UUID: "GPU-0", Memory: nvml.Memory{Known: true}},
+		{Index: 1, UUID: "GPU-1", Memory: nvml.Memory{TotalBytes: 40 << 30, Known: true}},
+	}}
+	cfg := Config{Node: "n", ScrapeTimeoutS: 0.2, Engines: []EngineConfig{
+		{ID: "zero-first", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"0", "1"}, Geometry: geo},
+		{ID: "zero-last", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"GPU-1", "GPU-0"}, Geometry: geo},
+		{ID: "good", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"1"}, Geometry: geo},
+	}}
+	a, err := New(cfg, WithNVML(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range a.Collect(context.Background(), 1e9).Engines {
+		want := int64(0)
+		if e.ID == "good" {
+			want = int64(40<<30) / 131072
+		}
+		if e.KVCapacityTokens != want {
+			t.Errorf("%s: KV %d (%s); want %d", e.ID, e.KVCapacityTokens, e.KVDisagreement, want)
+		}
+	}
+}
+
+// An engine's GPU kind named by NVML stays when NVML cannot name its GPU
+// any more (a lost GPU reads without a name; NVML down), so the core does
+// not see it change profile; for other GPUs it is found anew.
+func TestGPUKindKeptWhenNVMLCannotNameTheGPU(t *testing.T) {
+	a100 := nvml.Device{Index: 0, UUID: "GPU-0", Name: "NVIDIA A100-SXM4-40GB", Memory: nvml.Memory{TotalBytes: 40 << 30, Known: true}}
+	src := &fakeNVML{devs: []nvml.Device{a100, {Index: 1, UUID: "GPU-1"}}}
+	cfg := Config{Node: "n", ScrapeTimeoutS: 0.2, Engines: []EngineConfig{
+		{ID: "e", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"0"}},
+	}}
+	a, err := New(cfg, WithNVML(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kind := func(at int64) string { return a.Collect(ctx, at).Engines[0].GPU }
+	if k := kind(1e9); k != "A100-SXM-40GB" {
+		t.Fatalf("GPU kind %q; want A100-SXM-40GB", k)
+	}
+	src.devs = []nvml.Device{{Index: 0, Notes: []string{"DeviceGetHandleByIndex: ERROR_GPU_IS_LOST"}, Problem: true}, {Index: 1, UUID: "GPU-1"}}
+	if k := kind(2e9); k != "A100-SXM-40GB" {
+		t.Fatalf("GPU lost: kind %q; want A100-SXM-40GB kept", k)
+	}
+	src.devs, src.err = nil, nvml.ErrUnavailable
+	if k := kind(3e9); k != "A100-SXM-40GB" {
+		t.Fatalf("NVML down: kind %q; want A100-SXM-40GB kept", k)
+	}
+	// moved to GPU 1, whose name NVML does not know: not the old GPU's kind
+	if err := a.SetEngines([]EngineConfig{{ID: "e", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if k := kind(4e9); k != "" {
+		t.Fatalf("engine moved to an unnamed GPU: kind %q; want none", k)
 	}
 }

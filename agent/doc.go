@@ -67,6 +67,28 @@
 //     reported as a disagreement (wire kv_disagreement, metric
 //     narwhal_agent_engine_kv_disagreement) and still used; with no engine
 //     number the bound is used and flagged as an overestimate.
+//   - NVML faults (package nvml says what each NVML answer does to a
+//     read): the agent never reports a KV limit from GPU memory it could
+//     not read. A GPU whose memory is unknown (fallen off the bus, a
+//     failed call, implausible figures, a total of 0) gives its engines
+//     no NVML bound: an engine with a capacity of its own keeps it with
+//     kv_disagreement "not cross-checked: NVML memory unknown", one
+//     without reports kv_capacity_tokens 0, which the core counts as
+//     unknown. NVML unreadable as a whole (degraded: a transient error,
+//     a driver reload) leaves the last read's memory in use for
+//     stale_after_s (a GPU's total does not change; MIG instances may, so
+//     not longer), then none until NVML answers again (one log line each
+//     way). Busy time is sent only from utilization sampled at that
+//     collection. An engine's GPU kind, once named by NVML, stays while
+//     NVML cannot name its GPUs (a kind flipping to "" would re-register
+//     the engine with the core on another profile). NVML's process lists
+//     do not map engines here (the configuration's gpus does; discovery
+//     uses them, agent/kubediscover), so PIDs of no engine change nothing.
+//     Where an operator looks: /healthz nvml (available, reason,
+//     last_read_ns, problems: each faulty GPU or MIG instance with its
+//     notes), narwhal_agent_nvml_available and
+//     narwhal_agent_nvml_device_problems, and one log line per change.
+//     None of it fails /healthz.
 //   - Liveness: live = the last scrape worked and no exit/port-close was
 //     seen since; a later successful scrape (engine restarted) makes it live
 //     again. A failed scrape makes the engine not live in the next

@@ -23,6 +23,11 @@ import (
 // mockNode is go-nvml's 8×A100-40GB node whose memory answers through v1
 // only; each device (by index) is then handed to tweak, when not nil.
 func mockNode(tweak func(i int, dev *server.Device)) *nvml.Manager {
+	return nvml.NewManager(mockServer(tweak), time.Second, nil)
+}
+
+// mockServer is mockNode's library, for tests that make its calls fail.
+func mockServer(tweak func(i int, dev *server.Device)) *server.Server {
 	s := dgxa100.New()
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
@@ -33,7 +38,7 @@ func mockNode(tweak func(i int, dev *server.Device)) *nvml.Manager {
 			tweak(i, dev)
 		}
 	}
-	return nvml.NewManager(s, time.Second, nil)
+	return s
 }
 
 // mockA100 is mockNode as it comes.
