@@ -42,8 +42,15 @@
 //     pod's GPU ids; NVML's process list cross-checks it: a process on one
 //     of the pod's GPUs must belong to the pod (its /proc/<pid>/cgroup names
 //     the pod UID). A process of another pod on the pod's GPU is a
-//     disagreement (logged, counted in
-//     narwhal_agent_gpu_mapping_disagreements_total). The pod's process
+//     disagreement (logged and counted in
+//     narwhal_agent_gpu_mapping_disagreements_total once while NVML keeps
+//     listing it, not at every refresh). A PID NVML lists that /proc
+//     does not show (exited, or another PID namespace) is skipped. While
+//     NVML cannot list the processes on the pod's GPUs (unreadable, a
+//     lost GPU, a failed process-list call) the PID found last stands,
+//     rather than the engine's PID and port watches being dropped and
+//     set again at each NVML fault; a process list NVML does not support
+//     (MIG, some vGPU) gives none. The pod's process
 //     found this way is the engine PID watched for liveness, and its
 //     network namespace (/proc/<pid>/ns/net) keys the eBPF port watch, so
 //     two pods listening on one port are told apart.

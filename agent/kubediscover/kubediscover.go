@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -154,6 +155,13 @@ type Discoverer struct {
 	synced  func() bool
 	disagr  prometheus.Counter
 	engines prometheus.GaugeFunc
+	// pids is each engine pod's PID found at the last publish (by pod
+	// UID), kept while NVML cannot list the processes on its GPUs.
+	pids map[types.UID]int32
+	// seen and seenNow are the disagreements (pod, GPU, PID) of the last
+	// NVML read and of this one: each is counted and logged once while it
+	// lasts, not at every publish. Only the publishing goroutine uses them.
+	seen, seenNow map[string]bool
 }
 
 // New checks cfg and returns a Discoverer for node that hands every new
@@ -194,7 +202,7 @@ func New(client kubernetes.Interface, cfg Config, node string, sink func([]agent
 	d.log = d.log.With("component", "kubediscover")
 	d.disagr = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "narwhal_agent_gpu_mapping_disagreements_total",
-		Help: "GPU processes NVML reports on a pod's GPU (per PodResources) that belong to another pod.",
+		Help: "GPU processes NVML reports on a pod's GPU (per PodResources) that belong to another pod, each counted once while NVML lists it.",
 	})
 	d.engines = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "narwhal_agent_discovered_engines",
@@ -310,9 +318,10 @@ func (d *Discoverer) publish(ctx context.Context) {
 		}
 	}
 	var devs []nvml.Device
+	nvmlRead := false
 	if d.procs != nil {
 		if ds, err := d.procs.Devices(ctx, time.Now().UnixNano()); err == nil {
-			devs = ds
+			devs, nvmlRead = ds, true
 		}
 	}
 	d.mu.Lock()
@@ -325,6 +334,7 @@ func (d *Discoverer) publish(ctx context.Context) {
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
 	var out []agent.EngineConfig
 	seen := map[string]bool{}
+	pids := map[types.UID]int32{}
 	for _, p := range pods {
 		e, err := d.EngineFromPod(p, gpuMap[podresources.PodRef{Namespace: p.Namespace, Name: p.Name}])
 		if err != nil {
@@ -337,6 +347,15 @@ func (d *Discoverer) publish(ctx context.Context) {
 		}
 		seen[e.ID] = true
 		e.PID = d.crossCheck(p, e.GPUs, devs)
+		if e.PID == 0 && d.procs != nil && (!nvmlRead || !procsKnown(e.GPUs, devs)) {
+			// NVML could not list the processes on the pod's GPUs this
+			// time (unreadable, a failed call): the last PID found
+			// stands, rather than the engine's watches churning
+			e.PID = d.pids[p.UID]
+		}
+		if e.PID != 0 {
+			pids[p.UID] = e.PID
+		}
 		if e.PID == 0 {
 			// Without the pod's process its network namespace is unknown,
 			// and pods on one node share port numbers: the port is not
@@ -344,6 +363,10 @@ func (d *Discoverer) publish(ctx context.Context) {
 			e.Port = 0
 		}
 		out = append(out, e)
+	}
+	d.pids = pids
+	if nvmlRead {
+		d.seen, d.seenNow = d.seenNow, nil
 	}
 	d.mu.Lock()
 	changed := !reflect.DeepEqual(out, d.last)
@@ -431,9 +454,29 @@ func (d *Discoverer) metricsPort(p *corev1.Pod) (uint16, error) {
 	return uint16(first), nil
 }
 
+// procsKnown reports whether NVML listed the processes of every one of
+// gpus (a process list that failed, or a GPU NVML could not name, is
+// unknown).
+func procsKnown(gpus []string, devs []nvml.Device) bool {
+	for _, g := range gpus {
+		known := false
+		for _, dv := range devs {
+			if (dv.UUID == g || (dv.Parent == "" && strconv.Itoa(dv.Index) == g)) && dv.Processes != nil {
+				known = true
+				break
+			}
+		}
+		if !known {
+			return false
+		}
+	}
+	return true
+}
+
 // crossCheck compares the kubelet's GPUs of pod p with NVML's processes on
 // them and returns the pod's engine PID (0 when none is found): the
-// lowest PID on its GPUs whose cgroup names the pod's UID.
+// lowest PID on its GPUs whose cgroup names the pod's UID. A process of
+// another pod is counted and logged once while NVML keeps listing it.
 func (d *Discoverer) crossCheck(p *corev1.Pod, gpus []string, devs []nvml.Device) int32 {
 	if len(gpus) == 0 || len(devs) == 0 {
 		return 0
@@ -461,9 +504,16 @@ func (d *Discoverer) crossCheck(p *corev1.Pod, gpus []string, devs []nvml.Device
 				continue
 			}
 			if strings.Contains(s, "kubepods") {
-				d.disagr.Inc()
-				d.log.Warn("GPU process belongs to another pod than the kubelet's assignment",
-					"pod", p.Namespace+"/"+p.Name, "gpu", dv.UUID, "pid", pr.PID)
+				key := p.Namespace + "/" + p.Name + " " + dv.UUID + " " + strconv.Itoa(dv.Index) + " " + strconv.Itoa(int(pr.PID))
+				if !d.seen[key] && !d.seenNow[key] {
+					d.disagr.Inc()
+					d.log.Warn("GPU process belongs to another pod than the kubelet's assignment",
+						"pod", p.Namespace+"/"+p.Name, "gpu", dv.UUID, "pid", pr.PID)
+				}
+				if d.seenNow == nil {
+					d.seenNow = map[string]bool{}
+				}
+				d.seenNow[key] = true
 			}
 		}
 	}

@@ -189,3 +189,66 @@ func TestNewPodGetsItsGPUsWithoutWaitingForTheRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// procSource is an NVML process source whose answer changes.
+type procSource struct {
+	devs []nvml.Device
+	err  error
+}
+
+func (p *procSource) Devices(context.Context, int64) ([]nvml.Device, error) { return p.devs, p.err }
+
+// NVML faults do not churn a discovered engine's PID: while NVML cannot
+// list the processes on the pod's GPUs (unreadable as a whole, or that
+// GPU's list failed) the last PID found stands, with its port watch; a
+// list that NVML reads and that lacks the pod's process clears it. A
+// process of another pod on the pod's GPU is counted and logged once
+// while NVML keeps listing it, not at every publish.
+func TestEnginePIDThroughNVMLFaults(t *testing.T) {
+	proc := t.TempDir()
+	for pid, body := range map[int]string{
+		4000: "0::/kubepods/besteffort/poduid-a/c1\n",
+		5000: "0::/kubepods.slice/kubepods-podffffffff_0000_0000_0000_000000000000.slice/x\n",
+	} {
+		dir := filepath.Join(proc, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := &procSource{}
+	kubelet := &kubeletGPUs{m: map[podresources.PodRef][]string{{Namespace: "llm", Name: "a"}: {"GPU-a"}}}
+	var published [][]agent.EngineConfig
+	d, err := New(fake.NewSimpleClientset(), Config{}, "node-a", func(l []agent.EngineConfig) { published = append(published, l) },
+		WithGPUs(kubelet), WithNVML(src), WithProcRoot(proc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.put(enginePod("a", nil, nil, nil, 1))
+	ctx := context.Background()
+	step := func(what string, devs []nvml.Device, err error, wantPID int32, wantPublishes int, wantDisagr float64) {
+		t.Helper()
+		src.devs, src.err = devs, err
+		d.publish(ctx)
+		e := d.Engines()[0]
+		if e.PID != wantPID || (e.Port != 0) != (wantPID != 0) || len(published) != wantPublishes {
+			t.Fatalf("%s: engine pid %d port %d after %d publishes; want pid %d (port watched with it), %d publishes",
+				what, e.PID, e.Port, len(published), wantPID, wantPublishes)
+		}
+		if n := testutil.ToFloat64(d.disagr); n != wantDisagr {
+			t.Fatalf("%s: %v disagreements; want %v", what, n, wantDisagr)
+		}
+	}
+	both := []nvml.Device{{Index: 0, UUID: "GPU-a", Processes: []nvml.Process{{PID: 4000}, {PID: 5000}}}}
+	step("first read", both, nil, 4000, 1, 1)
+	step("same again", both, nil, 4000, 1, 1) // pid 5000 still there: not counted again
+	step("NVML unreadable", nil, nvml.ErrUnavailable, 4000, 1, 1)
+	lost := []nvml.Device{{Index: 0, Notes: []string{"DeviceGetHandleByIndex: ERROR_GPU_IS_LOST"}, Problem: true}}
+	step("GPU lost", lost, nil, 4000, 1, 1)
+	unread := []nvml.Device{{Index: 0, UUID: "GPU-a", Notes: []string{"GetComputeRunningProcesses: ERROR_UNKNOWN"}, Problem: true}}
+	step("process list failed", unread, nil, 4000, 1, 1)
+	step("engine process gone", []nvml.Device{{Index: 0, UUID: "GPU-a", Processes: []nvml.Process{}}}, nil, 0, 2, 1)
+	step("back, with the other pod's process again", both, nil, 4000, 3, 2)
+}
