@@ -386,7 +386,7 @@ func TestDriverReload(t *testing.T) {
 
 // Memory figures no GPU can have are not used: v2's fall back to v1, and
 // with both nonsense the memory is unknown (a problem) rather than a
-// bound computed from them. Counts no node has fail the read (device
+// bound computed from them; a utilization above 100 % is unknown. Counts no node has fail the read (device
 // count) or list no instance (MIG slots) instead of looping on them.
 func TestNonsenseFigures(t *testing.T) {
 	n := newFaultNode()
@@ -416,10 +416,17 @@ func TestNonsenseFigures(t *testing.T) {
 			return gonvml.Memory{Total: 80 << 30, Used: 10 << 30, Free: 70 << 30}, gonvml.SUCCESS
 		}
 	}
+	// a utilization share above 100 %
+	n.s.Devices[7].(*server.Device).GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) {
+		return gonvml.Utilization{Gpu: 250}, gonvml.SUCCESS
+	}
 	m, _ := n.manager()
 	ds, err := m.Devices(context.Background(), 1e9)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if d := ds[7]; d.Utilization.Known || !d.Problem || !d.Memory.Known || len(d.Notes) != 1 || !strings.Contains(d.Notes[0], "gpu 250 %") {
+		t.Fatalf("device 7 at 250 %% utilization: %+v; want utilization unknown, a problem", d)
 	}
 	for _, i := range []int{0, 2, 4} {
 		d := ds[i]
@@ -438,8 +445,8 @@ func TestNonsenseFigures(t *testing.T) {
 	if !ds[5].Memory.Known || ds[5].Memory.Source != "v2" {
 		t.Fatalf("device 5: %+v", ds[5])
 	}
-	if st := m.Status(); len(st.Problems) != 2 || st.Problems[0].Index != 1 || st.Problems[1].Index != 3 {
-		t.Fatalf("status %+v; want problems on GPUs 1 and 3", st)
+	if st := m.Status(); len(st.Problems) != 3 || st.Problems[0].Index != 1 || st.Problems[1].Index != 3 || st.Problems[2].Index != 7 {
+		t.Fatalf("status %+v; want problems on GPUs 1, 3 and 7", st)
 	}
 
 	// a device count no node has
