@@ -59,8 +59,10 @@
 // per change of its reason, not per read. Its Status also lists, as of
 // the last successful read, the devices with a Problem (Status.Problems:
 // index, MIG index, UUID, whether the memory is known, the notes): a
-// device's problem is logged when it appears or its notes change (warn)
-// and when it ends (info), once, however many reads see it; that record
+// device's problem is logged when it appears or its notes change (warn;
+// figures changing alone, as implausible memory's may at every read, are
+// no change) and when it ends (info), once, however many reads see it;
+// that record
 // holds one entry per device listed. Time is a parameter of the
 // Manager's methods.
 //

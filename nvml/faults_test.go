@@ -470,6 +470,35 @@ func TestNonsenseFigures(t *testing.T) {
 	}
 }
 
+// Nonsense figures that change at every read are one fault: logged once,
+// not once per read.
+func TestChangingNonsenseLogsOnce(t *testing.T) {
+	n := newFaultNode()
+	used := uint64(90 << 30)
+	n.mem = func(i int) gonvml.Memory_v2 {
+		if i == 0 {
+			used += 1 << 20
+			return gonvml.Memory_v2{Total: 80 << 30, Used: used}
+		}
+		return gonvml.Memory_v2{Total: 80 << 30, Used: 10 << 30, Free: 70 << 30}
+	}
+	m, logs := n.manager()
+	var notes []string
+	for _, now := range []int64{1e9, 2e9, 3e9} {
+		ds, err := m.Devices(context.Background(), now)
+		if err != nil || ds[0].Memory.Known || !ds[0].Problem {
+			t.Fatalf("at %d: %+v, %v; want GPU 0's memory unknown", now, ds[0], err)
+		}
+		notes = append(notes, ds[0].Notes[0])
+	}
+	if notes[0] == notes[2] {
+		t.Fatalf("the figures did not change: %q", notes[0])
+	}
+	if got := logs.count("NVML device problem"); got != 1 {
+		t.Fatalf("%d problem log lines over three reads of changing figures; want 1", got)
+	}
+}
+
 // A MIG-enabled GPU whose UUID cannot be read lists no instances: they
 // could not name their parent and would pass for a whole GPU of its
 // index.

@@ -50,10 +50,11 @@ type Manager struct {
 	mu      sync.Mutex
 	st      Status
 	backoff int64
-	// logged is each faulty device's notes as last logged, by position
-	// (GPU index, MIG index): a fault is logged when it appears or
-	// changes, and its end once. Rebuilt per read: at most one entry per
-	// device listed.
+	// logged is each faulty device's notes as last logged, less their
+	// figures, by position (GPU index, MIG index): a fault is logged when
+	// it appears or changes (not when only its figures do, as implausible
+	// memory's may at every read), and its end once. Rebuilt per read: at
+	// most one entry per device listed.
 	logged map[string]string
 }
 
@@ -127,8 +128,8 @@ func (m *Manager) noteProblems(ds []Device) {
 		}
 		ps = append(ps, p)
 		notes := strings.Join(d.Notes, "; ")
-		now[key] = notes
-		if m.logged[key] != notes {
+		now[key] = withoutDigits(notes)
+		if m.logged[key] != now[key] {
 			m.log.Warn("NVML device problem", "device", key, "uuid", d.UUID, "memory_known", d.Memory.Known, "notes", notes)
 		}
 	}
@@ -139,6 +140,15 @@ func (m *Manager) noteProblems(ds []Device) {
 	}
 	m.logged = now
 	m.st.Devices, m.st.Problems = len(ds), ps
+}
+
+func withoutDigits(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 func (m *Manager) degrade(nowNs int64, err error) {
