@@ -65,6 +65,10 @@ type Discoverer struct {
 	sel    labels.Selector
 	logger *slog.Logger
 
+	// serial orders the informer's handler calls and Resync: a row is
+	// never upserted from a pod state older than the last one applied.
+	serial sync.Mutex
+
 	mu      sync.Mutex
 	byPod   map[PodRef]string // pod -> engine id it owns
 	engines map[string]entry  // engine id -> its pod and row
@@ -132,15 +136,16 @@ func (d *Discoverer) Run(ctx context.Context) error {
 		informers.WithNamespace(d.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = d.cfg.Selector }))
 	inf := factory.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.apply(obj) },
-		UpdateFunc: func(_, obj any) { d.apply(obj) },
-		DeleteFunc: func(obj any) { d.remove(obj) },
-	}); err != nil {
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.serial.Lock(); defer d.serial.Unlock(); d.apply(obj) },
+		UpdateFunc: func(_, obj any) { d.serial.Lock(); defer d.serial.Unlock(); d.apply(obj) },
+		DeleteFunc: func(obj any) { d.serial.Lock(); defer d.serial.Unlock(); d.remove(obj) },
+	})
+	if err != nil {
 		return fmt.Errorf("discover: add pod handler: %w", err)
 	}
 	d.mu.Lock()
-	d.synced = inf.HasSynced
+	d.synced = reg.HasSynced // the informer's list handed to the sink, not only cached
 	d.pods = inf.GetStore()
 	d.mu.Unlock()
 	factory.Start(ctx.Done())
@@ -149,7 +154,8 @@ func (d *Discoverer) Run(ctx context.Context) error {
 	return nil
 }
 
-// HasSynced reports whether the initial pod list has been delivered.
+// HasSynced reports whether the initial pod list has been delivered to
+// the sink.
 func (d *Discoverer) HasSynced() bool {
 	d.mu.Lock()
 	s := d.synced
@@ -182,6 +188,31 @@ func (d *Discoverer) PodFor(engineID string) (PodRef, bool) {
 	defer d.mu.Unlock()
 	e, ok := d.engines[engineID]
 	return e.pod, ok
+}
+
+// Resync upserts every discovered engine into the sink again, as its pod
+// said in its latest event (role, liveness, node, model, GPU), although
+// the pod has not changed since: for a sink whose rows changed behind
+// discovery's back, e.g. a controller that restored a saved state over
+// them. Pod events wait while it runs. It returns the sink's errors.
+func (d *Discoverer) Resync() error {
+	d.serial.Lock()
+	defer d.serial.Unlock()
+	d.mu.Lock()
+	rows := make([]controller.Engine, 0, len(d.engines))
+	for _, e := range d.engines {
+		rows = append(rows, e.engine)
+	}
+	d.mu.Unlock()
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	var errs []error
+	for _, eng := range rows {
+		if err := d.sink.UpsertEngine(d.keepSinkFields(eng)); err != nil {
+			d.sinkErrors.Inc()
+			errs = append(errs, fmt.Errorf("discover: resync %s: %w", eng.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func podOf(obj any) (*corev1.Pod, bool) {

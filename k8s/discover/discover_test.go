@@ -330,3 +330,40 @@ func runDiscoverer(t *testing.T, cs *fake.Clientset, sink *tableSink) (*Discover
 	})
 	return d, ctx
 }
+
+// A controller that restores a saved state changes its rows behind
+// discovery's back (a dead leader saved a move's target role; the pod
+// kept its old label). A repeated event of the unchanged pod would be
+// skipped; Resync upserts every engine again as its pod says, keeping
+// the fields discovery does not own.
+func TestResyncRestoresPodRoles(t *testing.T) {
+	sink := &listingSink{}
+	d, err := New(fake.NewSimpleClientset(), Config{}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, d0 := enginePod("p0", "prefill", "n1", true), enginePod("d0", "decode", "n2", true)
+	d.apply(p0)
+	d.apply(d0)
+	sink.mu.Lock()
+	e := sink.engines["p0"]
+	e.Role, e.LastMoveNs, e.KVCapacityTokens = controller.RoleDecode, 77, 5000 // restored over the row
+	sink.engines["p0"] = e
+	sink.mu.Unlock()
+	d.apply(p0.DeepCopy()) // no change Narwhal cares about: skipped
+	if got := sink.summary(); !equal(got, []string{"d0:decode:true", "p0:decode:true"}) {
+		t.Fatalf("before Resync %v", got)
+	}
+	if err := d.Resync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.summary(); !equal(got, []string{"d0:decode:true", "p0:prefill:true"}) {
+		t.Fatalf("after Resync %v; want the pods' roles", got)
+	}
+	sink.mu.Lock()
+	e = sink.engines["p0"]
+	sink.mu.Unlock()
+	if e.LastMoveNs != 77 || e.KVCapacityTokens != 5000 {
+		t.Fatalf("Resync lost the sink's fields: %+v", e)
+	}
+}

@@ -9,8 +9,9 @@
 // routers "watch the labels".
 //
 // Concurrency: Run drives one informer and calls the sink from the
-// informer's single handler goroutine, so sink calls are serialized. The
-// query methods (Engines, PodFor, Len) are safe from any goroutine.
+// informer's single handler goroutine; Resync waits for the handler (and
+// the handler for it), so sink calls are serialized. The query methods
+// (Engines, PodFor, Len, HasSynced) are safe from any goroutine.
 //
 // Allocation contract: not on a request path; events and queries
 // allocate.
@@ -34,4 +35,9 @@
 //     over from the sink's row, so a pod event does not zero what the
 //     agent reported. The agent's liveness reports still override Live
 //     between pod events.
+//   - A pod event that changes nothing discovery owns is not passed on.
+//     A sink whose rows were changed by someone else (a controller that
+//     restored a saved state: k8s/cluster at the start of a leadership
+//     term) calls Resync, which upserts every engine again as its pod
+//     last said.
 package discover
