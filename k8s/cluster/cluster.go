@@ -189,8 +189,8 @@ func (k *Cluster) Run(ctx context.Context) error {
 
 // lead runs one leadership term.
 func (k *Cluster) lead(ctx context.Context) {
-	c, st, _, every := k.bound()
-	if !k.restore(ctx, st) {
+	c, st, disc, every := k.bound()
+	if !k.restore(ctx, st) || !k.resync(ctx, disc) {
 		return
 	}
 	k.labelSelf(ctx, true)
@@ -293,6 +293,27 @@ func (k *Cluster) restore(ctx context.Context, st StateHolder) bool {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// resync puts the pods' roles back into the engine table after restore:
+// Restore gives every engine the role the state saved, which is a move's
+// target role when the leader that saved it died in the middle of the
+// move or aborted it after its last save, and discovery (which owns the
+// role) passes on no pod event that changes nothing. It waits for
+// discovery's first list, since an engine first upserted after the
+// restore would take the saved role too. False when the term ended first.
+func (k *Cluster) resync(ctx context.Context, disc *discover.Discoverer) bool {
+	for !disc.HasSynced() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := disc.Resync(); err != nil {
+		k.logger.Warn("engine table not fully resynced with the pods", "err", err)
+	}
+	return true
 }
 
 func (k *Cluster) save(ctx context.Context, st StateHolder) {

@@ -6,7 +6,8 @@
 //
 // Every replica discovers engines and serves reads. Only the leader steps
 // its controller: when a term starts it restores the controller state
-// saved by the previous leader, labels its own pod narwhal.io/leader=true
+// saved by the previous leader, takes the engines' roles from their pods
+// again, labels its own pod narwhal.io/leader=true
 // (the narwhal-core-leader Service selects it, e.g. for demand deltas),
 // then steps every StepInterval and saves the state after every decision.
 // When the term ends it stops stepping and removes the label.
@@ -28,7 +29,14 @@
 //     not step until it has it: deciding without it could break cooldown
 //     and dwell. A state that cannot be decoded is logged and ignored.
 //   - Moves in flight when a term ends are not cancelled: the pod patches
-//     are idempotent and the new leader reads the saved target role.
+//     are idempotent and conditional on the pod's role label.
+//   - The pod's role label, not the saved state, gives an engine's role
+//     when a term starts: right after the restore (which gives a moving
+//     engine its target role) the leader waits for discovery's first
+//     list and upserts every engine again as its pod says
+//     (discover.Resync). A leader that died after its decision but before
+//     the relabel, or that aborted the move on its way out, left the
+//     label at the source role; one that relabelled, the target.
 //   - A draining mark (narwhal.io/draining) that an engine pod carries
 //     when a term starts, and still carries (same pod UID) once any move
 //     an earlier leader started must have ended (drain_timeout_s + 2 ×

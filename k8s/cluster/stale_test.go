@@ -83,3 +83,55 @@ func TestNewLeaderClearsDrainMarkOfCrashedLeader(t *testing.T) {
 		t.Fatalf("pod roles %v", r)
 	}
 }
+
+// A leader that aborted a move on its way out (its actuator removed the
+// draining mark) or died before relabelling left a state that names the
+// move's target role, and a pod whose label says the source, with no pod
+// event to come. The next leader takes the role from the pod, in its
+// engine table, its role table and the state it saves.
+func TestNewLeaderTakesRolesFromPods(t *testing.T) {
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "core-0"}}
+	saved, err := json.Marshal(controller.PersistedState{Version: 1, Seq: 3, LastMoveNs: 1,
+		Engines: []controller.PersistedEngine{{ID: "d0", Role: controller.RoleDecode}, {ID: "p0", Role: controller.RoleDecode, LastMoveNs: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "narwhal-core-state"},
+		Data: map[string]string{"controller-state.json": string(saved)}}
+	cs := fake.NewSimpleClientset(self, state, enginePod("p0", "prefill"), enginePod("d0", "decode"))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	k, err := New(cs, testConfig(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
+	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "two steps", func() bool { return k.Steps() >= 2 })
+	if p, d := ctl.Roles().RoleOf("p0"), ctl.Roles().RoleOf("d0"); p != controller.RolePrefill || d != controller.RoleDecode {
+		t.Fatalf("role table p0 %v d0 %v; want the pods' prefill and decode", p, d)
+	}
+	cm, err := cs.CoreV1().ConfigMaps("narwhal").Get(ctx, "narwhal-core-state", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st controller.PersistedState
+	if err := json.Unmarshal([]byte(cm.Data["controller-state.json"]), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Engines) != 2 || st.Engines[1].ID != "p0" || st.Engines[1].Role != controller.RolePrefill || st.Engines[1].LastMoveNs != 1 || st.LastMoveNs != 1 {
+		t.Fatalf("saved state %+v; want p0 prefill, its last move and the cooldown kept", st)
+	}
+}
