@@ -61,6 +61,7 @@ type Cluster struct {
 	stepEvery time.Duration
 
 	steps     atomic.Uint64
+	savedSeq  atomic.Uint64 // decision sequence of the last state saved
 	saveFails prometheus.Counter
 }
 
@@ -95,8 +96,29 @@ func New(client kubernetes.Interface, cfg Config, logger *slog.Logger) (*Cluster
 	return k, nil
 }
 
-// Actuator is the controller.Actuator to build the core with.
-func (k *Cluster) Actuator() controller.Actuator { return k.act }
+// Actuator is the controller.Actuator to build the core with. It starts
+// a move on the pods only once the state that records the move is saved.
+func (k *Cluster) Actuator() controller.Actuator { return saveFirst{k} }
+
+// saveFirst saves the controller state before it hands a move to the pod
+// actuator: the state then records the decision (its sequence, the
+// cooldown, the engine in its target role) before any pod changes, so a
+// leader that dies during the move leaves it to the next, which neither
+// reuses the decision's sequence nor moves again inside the cooldown. A
+// save that fails refuses the move (the controller puts the engine back).
+type saveFirst struct{ k *Cluster }
+
+func (a saveFirst) Start(m controller.Move) error {
+	k := a.k
+	if _, st, _, _ := k.bound(); st != nil && k.savedSeq.Load() < m.DecisionSeq {
+		ctx, cancel := context.WithTimeout(context.Background(), dur(k.cfg.RenewDeadlineS))
+		defer cancel()
+		if err := k.save(ctx, st); err != nil {
+			return fmt.Errorf("cluster: move of %q not started: the state recording it is not saved: %w", m.EngineID, err)
+		}
+	}
+	return k.act.Start(m)
+}
 
 // Elector exposes the election (IsLeader, Leader).
 func (k *Cluster) Elector() *leader.Elector { return k.el }
@@ -212,7 +234,7 @@ func (k *Cluster) lead(ctx context.Context) {
 			}
 			c.Step(now.UnixNano())
 			k.steps.Add(1)
-			k.save(ctx, st)
+			_ = k.save(ctx, st) // counted and logged
 		}
 	}
 }
@@ -316,15 +338,21 @@ func (k *Cluster) resync(ctx context.Context, disc *discover.Discoverer) bool {
 	return true
 }
 
-func (k *Cluster) save(ctx context.Context, st StateHolder) {
-	blob, err := json.Marshal(st.State())
+// save writes the controller state to the ConfigMap (failures are
+// counted and logged).
+func (k *Cluster) save(ctx context.Context, st StateHolder) error {
+	ps := st.State()
+	blob, err := json.Marshal(ps)
 	if err == nil {
 		err = k.store.Save(ctx, k.cfg.StateKey, blob)
 	}
 	if err != nil {
 		k.saveFails.Inc()
 		k.logger.Error("save controller state", "err", err)
+		return err
 	}
+	k.savedSeq.Store(ps.Seq)
+	return nil
 }
 
 func (k *Cluster) follow() {

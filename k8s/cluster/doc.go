@@ -9,7 +9,8 @@
 // saved by the previous leader, takes the engines' roles from their pods
 // again, labels its own pod narwhal.io/leader=true
 // (the narwhal-core-leader Service selects it, e.g. for demand deltas),
-// then steps every StepInterval and saves the state after every decision.
+// then steps every StepInterval and saves the state after every decision
+// and before every move.
 // When the term ends it stops stepping and removes the label.
 //
 // Usage:
@@ -28,6 +29,14 @@
 //     retried every RetryPeriodS while the term lasts, and the leader does
 //     not step until it has it: deciding without it could break cooldown
 //     and dwell. A state that cannot be decoded is logged and ignored.
+//   - A move starts on the pods only once the state that records it (the
+//     decision's sequence, the cooldown, the engine in its target role)
+//     is saved: otherwise the step's save could land after the relabel,
+//     or never, and a leader dying in between left a state without the
+//     move; the next leader then reused the decision's sequence and moved
+//     again inside the cooldown. A save that fails refuses the move (the
+//     controller puts the engine back; the cooldown the decision started
+//     holds).
 //   - Moves in flight when a term ends are not cancelled: the pod patches
 //     are idempotent and conditional on the pod's role label.
 //   - The pod's role label, not the saved state, gives an engine's role
