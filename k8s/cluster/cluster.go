@@ -193,6 +193,11 @@ func (k *Cluster) Run(ctx context.Context) error {
 	if disc == nil {
 		return ErrNotBound
 	}
+	// A replica that crashed while leading (its container restarted in
+	// the same pod) left narwhal.io/leader=true on its pod, and the
+	// leader Service would select it beside the real leader: start as a
+	// follower, unlabelled.
+	k.follow()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -11,7 +11,10 @@
 // (the narwhal-core-leader Service selects it, e.g. for demand deltas),
 // then steps every StepInterval and saves the state after every decision
 // and before every move.
-// When the term ends it stops stepping and removes the label.
+// When the term ends it stops stepping and removes the label; Run
+// removes it first thing too, so a container that crashed while leading
+// and restarted in the same pod does not leave the leader Service
+// selecting two pods.
 //
 // Usage:
 //

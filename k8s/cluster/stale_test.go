@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -133,5 +134,51 @@ func TestNewLeaderTakesRolesFromPods(t *testing.T) {
 	}
 	if len(st.Engines) != 2 || st.Engines[1].ID != "p0" || st.Engines[1].Role != controller.RolePrefill || st.Engines[1].LastMoveNs != 1 || st.LastMoveNs != 1 {
 		t.Fatalf("saved state %+v; want p0 prefill, its last move and the cooldown kept", st)
+	}
+}
+
+// A replica that crashed while leading and restarted in the same pod
+// finds narwhal.io/leader=true still on its pod; while another replica
+// holds the Lease it must not keep the label (the leader Service would
+// select two pods).
+func TestRestartedReplicaDropsStaleLeaderLabel(t *testing.T) {
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "core-0",
+		Labels: map[string]string{LabelLeader: "true", "app": "narwhal-core"}}}
+	holder, dur := "core-1", int32(3600)
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: testConfig().LeaseName},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}}
+	cs := fake.NewSimpleClientset(self, lease, enginePod("p0", "prefill"), enginePod("d0", "decode"))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	k, err := New(cs, testConfig(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
+	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "the stale leader label to be removed", func() bool {
+		p, err := cs.CoreV1().Pods("narwhal").Get(ctx, "core-0", metav1.GetOptions{})
+		_, labelled := p.Labels[LabelLeader]
+		return err == nil && !labelled
+	})
+	if k.IsLeader() {
+		t.Fatal("the replica leads although core-1 holds the Lease")
+	}
+	p, _ := cs.CoreV1().Pods("narwhal").Get(ctx, "core-0", metav1.GetOptions{})
+	if p.Labels["app"] != "narwhal-core" {
+		t.Fatalf("labels %v: the other labels must stay", p.Labels)
 	}
 }
