@@ -337,13 +337,39 @@ func (a *Actuator) move(ctx context.Context, m controller.Move, ref discover.Pod
 	}
 	if url != "" {
 		if err := a.callSwitch(ctx, url, m); err != nil {
+			if !errors.Is(err, errSwitchAnswered) {
+				// No answer (a timeout, a reset connection): the engine
+				// may have switched, and the label stays at m.From.
+				a.switchBack(url, m)
+			}
 			return method, fail(err)
 		}
 	}
 	if err := a.relabel(ctx, ref, pod.UID, m); err != nil {
+		if url != "" && !errors.Is(err, ErrPodChanged) {
+			// The engine switched but its label says m.From: routers
+			// would send it the other role's work. (A pod changed by
+			// someone else is left to what its label now says.)
+			a.switchBack(url, m)
+		}
 		return method, fail(fmt.Errorf("actuate: patch role label: %w", err))
 	}
 	return method, nil
+}
+
+// switchBack asks the engine to take m.From again after a move that will
+// not relabel its pod, even when the move's context has ended; a failure
+// is logged (the engine's role is then unknown until an operator looks).
+func (a *Actuator) switchBack(url string, m controller.Move) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.SwitchTimeout)
+	defer cancel()
+	back := controller.Move{EngineID: m.EngineID, From: m.To, To: m.From, DecisionSeq: m.DecisionSeq}
+	if err := a.callSwitch(ctx, url, back); err != nil {
+		a.logger.Error("engine may hold the other role than its pod label says: switching it back failed",
+			"engine", m.EngineID, "label", m.From.String(), "err", err)
+		return
+	}
+	a.logger.Warn("move abandoned after the engine's switch: switched it back", "engine", m.EngineID, "role", m.From.String())
 }
 
 // relabel sets the role label to m.To and removes the draining mark in
@@ -480,10 +506,14 @@ func (a *Actuator) callSwitch(ctx context.Context, url string, m controller.Move
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%w: %s: status %d", ErrSwitchEndpoint, url, resp.StatusCode)
+		return fmt.Errorf("%w: %s: status %d%w", ErrSwitchEndpoint, url, resp.StatusCode, errSwitchAnswered)
 	}
 	return nil
 }
+
+// errSwitchAnswered marks a switch call the engine answered with a
+// refusal (it did not switch), unlike one that got no answer.
+var errSwitchAnswered = errors.New("")
 
 // patch applies a JSON merge patch to the pod's labels and annotations; a
 // nil value removes the key.

@@ -23,7 +23,13 @@
 //  6. call done(engineID, nowNs, nil).
 //
 // Any failure after step 2 removes the draining annotation again (the
-// engine keeps its old role) and calls done with the wrapped error.
+// engine keeps its old role) and calls done with the wrapped error. When
+// the engine may already have switched (the switch call got no answer,
+// or the relabel failed for another reason than the pod having changed),
+// the endpoint is first asked to switch back ({"role": "<from>", "from":
+// "<to>"}), so the engine holds the role its label says; an endpoint
+// must therefore answer 2xx when it already holds the role asked. A
+// refusal (non-2xx) means the engine did not switch: no call follows.
 //
 // Concurrency: Start may be called from any goroutine; it never blocks on
 // the API server or the drain: the move runs in its own goroutine. At most
