@@ -242,6 +242,27 @@ func (a *Actuator) ClearDrainMark(ctx context.Context, ref discover.PodRef, uid 
 	return err == nil, err
 }
 
+// SwitchToLabel asks the engine of pod, when the pod carries a
+// role-switch URL, to hold the role its label says (the reverse of the
+// move a stale draining mark belongs to: its leader may have died after
+// the engine switched and before the relabel). A pod without a URL, or
+// whose engine is moving here, needs no call.
+func (a *Actuator) SwitchToLabel(ctx context.Context, pod *corev1.Pod) error {
+	url := pod.Annotations[podmeta.AnnotationRoleSwitchURL]
+	if url == "" || a.Moving(podmeta.EngineID(pod)) {
+		return nil
+	}
+	role, err := a.cfg.Roles.Role(pod)
+	if err != nil {
+		return fmt.Errorf("actuate: pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	other := controller.RolePrefill
+	if role == controller.RolePrefill {
+		other = controller.RoleDecode
+	}
+	return a.callSwitch(ctx, url, controller.Move{EngineID: podmeta.EngineID(pod), From: other, To: role})
+}
+
 // Close cancels moves in flight and waits for them to report.
 func (a *Actuator) Close() error {
 	a.mu.Lock()

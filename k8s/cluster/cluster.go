@@ -276,11 +276,18 @@ func (k *Cluster) drainingPods(ctx context.Context) []corev1.Pod {
 // nothing else would ever clear it (the engine would stay not live on
 // every replica, and the leader's row in the role the saved state gave it
 // rather than its label's). The pod event that follows upserts the
-// engine, live, in its label's role.
+// engine, live, in its label's role. An engine with a role-switch URL is
+// first asked to hold its label's role (the dead leader may have switched
+// it before the relabel); a failed call is logged and the mark cleared
+// anyway (an engine that cannot be reached is not live either).
 func (k *Cluster) clearStaleDrains(ctx context.Context, pods []corev1.Pod) {
 	for i := range pods {
 		p := &pods[i]
 		ref := discover.PodRef{Namespace: p.Namespace, Name: p.Name}
+		if err := k.act.SwitchToLabel(ctx, p); err != nil {
+			k.logger.Error("engine may hold the other role than its pod label says: asking it to take the label's failed",
+				"pod", p.Namespace+"/"+p.Name, "err", err)
+		}
 		cleared, err := k.act.ClearDrainMark(ctx, ref, p.UID, podmeta.EngineID(p))
 		switch {
 		case cleared:

@@ -55,4 +55,7 @@
 //     switch_timeout_s + lease_duration_s + renew_deadline_s), is
 //     removed unless this replica is moving that engine: a leader killed
 //     mid-move leaves it, and it would keep the engine not live for good.
+//     An engine with a role-switch URL is first asked to hold its label's
+//     role (the dead leader may have switched it before the relabel); a
+//     failed call is logged and the mark removed anyway.
 package cluster

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,41 +33,7 @@ func (idleCore) Step(int64) controller.Decision { return controller.Decision{} }
 // again in the role its label says.
 func TestNewLeaderClearsDrainMarkOfCrashedLeader(t *testing.T) {
 	left := enginePod("p0", "prefill")
-	left.UID = "uid-p0"
-	left.Annotations[podmeta.AnnotationDraining] = "true"
-	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "core-0"}}
-	// The crashed leader saved p0 in the move's target role.
-	saved, err := json.Marshal(controller.PersistedState{Version: 1, Seq: 3,
-		Engines: []controller.PersistedEngine{{ID: "d0", Role: controller.RoleDecode}, {ID: "p0", Role: controller.RoleDecode}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "narwhal-core-state"},
-		Data: map[string]string{"controller-state.json": string(saved)}}
-	cs := fake.NewSimpleClientset(self, state, left, enginePod("d0", "decode"))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := testConfig()
-	cfg.DrainTimeoutS, cfg.SwitchTimeoutS = 0.2, 0.1
-	k, err := New(cs, cfg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
-	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, "leadership", k.IsLeader)
+	ctx, cs, ctl := leadAfterCrash(t, left)
 	waitFor(t, "the stale drain mark to be cleared", func() bool {
 		p, err := cs.CoreV1().Pods("llm").Get(ctx, "p0", metav1.GetOptions{})
 		return err == nil && p.Annotations[podmeta.AnnotationDraining] == ""
@@ -180,5 +149,76 @@ func TestRestartedReplicaDropsStaleLeaderLabel(t *testing.T) {
 	p, _ := cs.CoreV1().Pods("narwhal").Get(ctx, "core-0", metav1.GetOptions{})
 	if p.Labels["app"] != "narwhal-core" {
 		t.Fatalf("labels %v: the other labels must stay", p.Labels)
+	}
+}
+
+// leadAfterCrash runs a replica that finds left (the engine p0) marked
+// draining by a crashed leader whose saved state put p0 in decode, with
+// d0 serving decode; the replica leads until the test ends.
+func leadAfterCrash(t *testing.T, left *corev1.Pod) (context.Context, *fake.Clientset, *controller.Controller) {
+	t.Helper()
+	left.UID = "uid-p0"
+	left.Annotations[podmeta.AnnotationDraining] = "true"
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "core-0"}}
+	// The crashed leader saved p0 in the move's target role.
+	saved, err := json.Marshal(controller.PersistedState{Version: 1, Seq: 3,
+		Engines: []controller.PersistedEngine{{ID: "d0", Role: controller.RoleDecode}, {ID: "p0", Role: controller.RoleDecode}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "narwhal-core-state"},
+		Data: map[string]string{"controller-state.json": string(saved)}}
+	cs := fake.NewSimpleClientset(self, state, left, enginePod("d0", "decode"))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := testConfig()
+	cfg.DrainTimeoutS, cfg.SwitchTimeoutS = 0.2, 0.1
+	k, err := New(cs, cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
+	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	waitFor(t, "leadership", k.IsLeader)
+	return ctx, cs, ctl
+}
+
+// A crashed leader may have switched p0's engine to decode through its
+// role-switch endpoint before it could relabel the pod: before clearing
+// the mark, the next leader asks the engine to hold its label's role.
+func TestNewLeaderSwitchesStaleEngineToItsLabel(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		var b struct{ Role, From string }
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		mu.Lock()
+		calls = append(calls, b.From+"->"+b.Role)
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	left := enginePod("p0", "prefill")
+	left.Annotations[podmeta.AnnotationRoleSwitchURL] = srv.URL
+	ctx, cs, _ := leadAfterCrash(t, left)
+	waitFor(t, "the stale drain mark to be cleared", func() bool {
+		p, err := cs.CoreV1().Pods("llm").Get(ctx, "p0", metav1.GetOptions{})
+		return err == nil && p.Annotations[podmeta.AnnotationDraining] == ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 1 || calls[0] != "decode->prefill" {
+		t.Fatalf("switch calls %v; want one, decode->prefill (the label's role)", calls)
 	}
 }
