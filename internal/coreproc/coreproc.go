@@ -1,10 +1,11 @@
 // Package coreproc runs the real narwhal-core binary for tests: Build
 // compiles it with `go build`, Start runs it and waits for its "serving"
-// log line, a Proc answers HTTP (GetJSON, PostEvents) and ends (Stop:
-// SIGTERM and a clean exit; Kill: SIGKILL), and ReadJournal reads the
-// whole records of a data directory's journal files as they lie on disk.
-// cmd/narwhal-core's restart, crash and resource tests and
-// service/diskfull use it.
+// log line (StartDemo: its demo, and the demo's address line), a Proc
+// answers HTTP (GetJSON, PostEvents) and ends (Stop: SIGTERM and a clean
+// exit; Kill: SIGKILL), and ReadJournal reads the whole records of a data
+// directory's journal files as they lie on disk. cmd/narwhal-core's
+// restart, crash and resource tests, service/diskfull and refdocs' live
+// Prometheus test use it.
 //
 // Concurrency: a Proc's methods may be called from one test goroutine;
 // Stderr is safe to read while the process writes it. Allocation: test
@@ -21,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -85,6 +87,41 @@ func (l *Log) String() string {
 // A cleanup kills the process if the test has not ended it.
 func Start(t testing.TB, bin string, args ...string) *Proc {
 	t.Helper()
+	return start(t, bin, args, func(line []byte) string {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "serving" {
+			return rec.Addr
+		}
+		return ""
+	})
+}
+
+// demoAddr is the address on the demo's first stderr line ("narwhal-core
+// demo: status page on http://ADDR/ ...").
+var demoAddr = regexp.MustCompile(`^narwhal-core demo: status page on http://(\S+)/`)
+
+// StartDemo runs bin --demo with args (--listen 127.0.0.1:0 --pace N ...)
+// and waits for the demo's first line, which carries the bound address
+// (the demo logs at warn level: no "serving" line). The simulated cluster
+// replays the bundled trace while the process lives; it exits when the
+// replay ends. A cleanup kills the process if the test has not ended it.
+func StartDemo(t testing.TB, bin string, args ...string) *Proc {
+	t.Helper()
+	return start(t, bin, append([]string{"--demo"}, args...), func(line []byte) string {
+		if m := demoAddr.FindSubmatch(line); m != nil {
+			return string(m[1])
+		}
+		return ""
+	})
+}
+
+// start runs bin and waits for the first stderr line from which addrOf
+// reads the bound address.
+func start(t testing.TB, bin string, args []string, addrOf func(line []byte) string) *Proc {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "NARWHAL_AUTH_TOKEN="+Token)
 	pr, pw := io.Pipe()
@@ -101,12 +138,8 @@ func Start(t testing.TB, bin string, args ...string) *Proc {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		sent := false
 		for sc.Scan() {
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if !sent && json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
-				addr <- rec.Addr
+			if a := addrOf(sc.Bytes()); !sent && a != "" {
+				addr <- a
 				sent = true
 			}
 		}
