@@ -3,8 +3,11 @@ package service
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-io/narwhal/core"
 )
 
 // Papercut: GET /v1/decisions?limit=5 returns the newest five decisions
@@ -111,6 +114,25 @@ func TestStatusPageServed(t *testing.T) {
 	}
 	if len(r.Samples) != 2 || r.Samples[1].AtNs != now || r.Samples[1].Prefill+r.Samples[1].Decode != 3 || r.Samples[1].TTFTMet != -1 {
 		t.Fatalf("unexpected series: %+v; want 2 samples, the last at %d with 3 serving engines and no attainment", r.Samples, now)
+	}
+}
+
+// The SLO targets on /metrics are those of the core the service runs,
+// also when it was built apart from cfg.Core (the demo's core, built by
+// the simulator with TTFT 1.5 s, showed the service default 0.25 s).
+func TestOperatorMetricsShowTheCoresSLOs(t *testing.T) {
+	cc := core.DefaultConfig()
+	cc.TTFTSLOS, cc.TPOTSLOS = 1.5, 0.08
+	c, err := core.New(cc, core.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServer(t, testConfig(), c) // cfg.Core: TTFT 0.25 s, TPOT 0.1 s
+	_, m := get(t, s.Handler(), "/metrics")
+	for _, want := range []string{"\nnarwhal_slo_ttft_seconds 1.5\n", "\nnarwhal_slo_tpot_seconds 0.08\n"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
 	}
 }
 
