@@ -6,7 +6,9 @@
 // their doc comments. `go run ./cmd/narwhal-docs` rewrites them; the
 // package's tests regenerate them and fail when a committed page differs,
 // and check the shipped Prometheus rules (promtool) and Grafana dashboard
-// against the registered metrics.
+// against the registered metrics, and against a real Prometheus server
+// scraping the real narwhal-core's demo (TestLivePrometheus: every rule
+// evaluates cleanly, every dashboard query returns data).
 //
 // Settings, metrics and journal fields added anywhere are picked up
 // without touching this package: the pages are built by reflection over
