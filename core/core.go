@@ -491,9 +491,16 @@ func (c *Core) inputs(nowNs int64) controller.Inputs {
 // older than pending_timeout_s and never expires history: buckets expire
 // only as newer evidence is recorded, and the step reads windows that end
 // at nowNs.
+//
+// A time that is not a Unix time (nowNs <= 0) is refused and changes
+// nothing: see controller.Step (a hold with sequence 0 and Reason
+// controller.ReasonStepTime).
 func (c *Core) Step(nowNs int64) controller.Decision {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
+	if nowNs <= 0 {
+		return c.ctrl.Step(nowNs, controller.Inputs{})
+	}
 	c.lastStepNs.Store(nowNs)
 	c.noteClock(nowNs)
 	if c.clock.Load() == nil {

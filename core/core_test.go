@@ -403,3 +403,33 @@ func TestStepReadsTheGivenDemandReaders(t *testing.T) {
 		t.Fatalf("one reader only: got %v; want ErrInvalidConfig", err)
 	}
 }
+
+// Step at a time that is not a Unix time changes nothing: not the
+// no-clock bound on evidence (it would refuse every record as ahead), not
+// the clock-behind gauge, not the pending offers' marks, not the saved
+// state (found by fuzz.FuzzCoreAPISequence).
+func TestStepRefusesNonPositiveTime(t *testing.T) {
+	c := newCore(t)
+	defer c.Close()
+	c.OfferStarted(t0)
+	if err := c.OfferSized(t0, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	c.OfferStarted(t0)
+	d := c.Step(t0)
+	for _, at := range []int64{0, -1} {
+		if got := c.Step(at); got.Seq != 0 || got.Reason != controller.ReasonStepTime {
+			t.Fatalf("step at %d: got seq %d %q; want a refused hold", at, got.Seq, got.Reason)
+		}
+	}
+	if err := c.OfferSized(t0+2*sec, 100, 10); err != nil {
+		t.Fatalf("a record after a refused step: %v", err)
+	}
+	if c.ClockBehindNs() != 0 || c.Stuck() || c.Demand().Pending() != 0 {
+		t.Fatalf("refused steps moved the clock state: behind %d, pending %d", c.ClockBehindNs(), c.Demand().Pending())
+	}
+	st := c.Controller().State()
+	if err := st.Validate(0); err != nil || st.Seq != d.Seq {
+		t.Fatalf("saved state after refused steps: seq %d (want %d), %v", st.Seq, d.Seq, err)
+	}
+}

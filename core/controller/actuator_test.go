@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -156,5 +157,34 @@ func TestMoveWaitsForItsJournalRecord(t *testing.T) {
 	c.MoveDone(id, t0+3*sec, nil)
 	if c.Roles().RoleOf(id) != RolePrefill {
 		t.Fatalf("%s after MoveDone: %v; want prefill", id, c.Roles().RoleOf(id))
+	}
+}
+
+// A step at a time that is not a Unix time (a broken clock) is refused
+// and changes nothing: before, it clamped every held time to it, so the
+// saved state carried negative times that Validate, and so every
+// restart, refused (found by fuzz.FuzzCoreAPISequence).
+func TestStepRefusesNonPositiveTime(t *testing.T) {
+	act := &recordingActuator{}
+	c := newTestController(t, testConfig(), 4, 4, WithActuator(act))
+	if d := c.Step(t0, d2pInputs()); d.Action != ActionMove {
+		t.Fatalf("setup: want a move, got %s %q", d.Action, d.Blocked)
+	}
+	st, ver, latest := c.State(), c.Roles().Version, c.Newest(0)
+	for _, at := range []int64{0, -1, -t0} {
+		d := c.Step(at, d2pInputs())
+		if d.Seq != 0 || d.Action != ActionHold || d.Reason != ReasonStepTime || len(d.Moves) != 0 {
+			t.Fatalf("step at %d: got %+v; want a refused hold", at, d)
+		}
+		got := c.State()
+		if err := got.Validate(0); err != nil {
+			t.Fatalf("step at %d: the saved state is refused: %v", at, err)
+		}
+		if !reflect.DeepEqual(got, st) || c.Roles().Version != ver || len(c.Newest(0)) != len(latest) || len(act.moves) != 1 {
+			t.Fatalf("step at %d changed the controller: %+v -> %+v", at, st, got)
+		}
+	}
+	if d := c.Step(t0+sec, d2pInputs()); d.Seq != st.Seq+1 {
+		t.Fatalf("the next step's seq %d; want %d", d.Seq, st.Seq+1)
 	}
 }

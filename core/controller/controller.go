@@ -100,6 +100,8 @@ type Controller struct {
 	// that a failing disk is logged once per change of error, not per
 	// step.
 	sinkErr string
+	// badStep: the latest step was refused for its time (logged once).
+	badStep bool
 	memory  moveMemory
 
 	decisions [5]atomic.Uint64 // by basis (index in Bases)
@@ -760,14 +762,33 @@ func (c *Controller) recordQueue(nowNs int64, s *Snapshot) {
 // the KV the model predicts at the current split.
 const kvCorrectionMax = 3.0
 
+// ReasonStepTime is the Reason of the decision Step returns for a time
+// that is not a Unix time (nowNs <= 0), which it refuses.
+const ReasonStepTime = "step time must be > 0 Unix ns (a broken clock?); nothing was done"
+
 // Step runs one controller step at nowNs: freeze, score, gate, decide,
 // journal; a move is handed to the actuator after the lock is released,
 // and only once the sink has written its decision's record: when the
 // write fails the move is held (its engine stays draining, taking no new
 // work) and handed over after the first later write that succeeds, which
 // writes the held records first, in order.
+//
+// A step at a time that is not a Unix time (nowNs <= 0: a broken clock)
+// is refused: it changes nothing (no decision is journaled, no held time
+// moves, so the saved state stays one a restart accepts) and returns a
+// hold with sequence 0 whose Reason is ReasonStepTime; the first of a run
+// of refused steps is logged as an error.
 func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 	c.mu.Lock()
+	if nowNs <= 0 {
+		if !c.badStep {
+			c.log.Error("controller step refused: "+ReasonStepTime, "at_ns", nowNs)
+			c.badStep = true
+		}
+		c.mu.Unlock()
+		return Decision{AtNs: nowNs, Action: ActionHold, Reason: ReasonStepTime}
+	}
+	c.badStep = false
 	if n := c.clampFuture(nowNs); n > 0 {
 		c.log.Warn("times after this step read as its time (the clock stepped back, or the state was saved under a clock ahead)", "at_ns", nowNs, "times", n)
 	}
