@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -186,5 +187,21 @@ func TestStepRefusesNonPositiveTime(t *testing.T) {
 	}
 	if d := c.Step(t0+sec, d2pInputs()); d.Seq != st.Seq+1 {
 		t.Fatalf("the next step's seq %d; want %d", d.Seq, st.Seq+1)
+	}
+}
+
+// An engine registered with a negative last move is refused: it was
+// kept, saved as is, and the saved state refused by every restart
+// (found by fuzz.FuzzCoreAPISequence).
+func TestUpsertRefusesNegativeLastMove(t *testing.T) {
+	c := newTestController(t, testConfig(), 1, 1)
+	st := c.State()
+	for _, es := range [][]Engine{{{ID: "x", Live: true, LastMoveNs: -1}}, {{ID: "y", Live: true}, {ID: "x", LastMoveNs: math.MinInt64}}} {
+		if err := c.UpsertEngines(es); !errors.Is(err, ErrInvalidEngine) {
+			t.Fatalf("upsert %+v: got %v; want ErrInvalidEngine", es, err)
+		}
+	}
+	if got := c.State(); !reflect.DeepEqual(got, st) || got.Validate(0) != nil {
+		t.Fatalf("refused engines changed the saved state: %+v -> %+v", st, got)
 	}
 }

@@ -283,6 +283,11 @@ func validEngine(e Engine) error {
 	if e.KVCapacityTokens < 0 || !validResident(e.Resident) || e.Role > RoleDecode || e.State > StateSwitching || e.TargetRole > RoleDecode {
 		return fmt.Errorf("%w: engine %s: negative or non-finite residency or capacity, or bad role/state", ErrInvalidEngine, e.ID)
 	}
+	// A negative last move would be saved as is, and the saved state
+	// refused by every restart (PersistedState.Validate).
+	if e.LastMoveNs < 0 {
+		return fmt.Errorf("%w: engine %s: last_move_ns must be >= 0 (0: never), got %d", ErrInvalidEngine, e.ID, e.LastMoveNs)
+	}
 	return nil
 }
 
