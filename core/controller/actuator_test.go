@@ -205,3 +205,61 @@ func TestUpsertRefusesNegativeLastMove(t *testing.T) {
 		t.Fatalf("refused engines changed the saved state: %+v -> %+v", st, got)
 	}
 }
+
+// failingSink fails every write while full is set.
+type failingSink struct{ full bool }
+
+func (s *failingSink) Write(*Decision) error {
+	if s.full {
+		return errors.New("disk full")
+	}
+	return nil
+}
+
+func (s *failingSink) Close() error { return nil }
+
+// A move held for its journal record is dropped when its engine stops
+// moving before the record is written (removed and registered again, or
+// completed by MoveDone): handed over later it drained an engine serving
+// in another role, or one the table no longer held, and the held list
+// grew with engine churn while the disk stayed full (found by
+// fuzz.FuzzCoreAPISequence).
+func TestHeldMoveDroppedWhenItsEngineStopsMoving(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after func(c *Controller, id string)
+	}{
+		{"removed and registered again", func(c *Controller, id string) {
+			if err := c.RemoveEngine(id); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.UpsertEngine(Engine{ID: id, Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RoleDecode, Live: true, KVCapacityTokens: 66144}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"removed", func(c *Controller, id string) {
+			if err := c.RemoveEngine(id); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"move done", func(c *Controller, id string) { c.MoveDone(id, t0+sec/2, errors.New("undone")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			act, sink := &recordingActuator{}, &failingSink{full: true}
+			c := newTestController(t, testConfig(), 4, 4, WithActuator(act), WithSink(sink), WithLogger(slog.New(slog.DiscardHandler)))
+			d := c.Step(t0, d2pInputs())
+			if d.Action != ActionMove || len(d.Moves) != 1 || len(act.moves) != 0 {
+				t.Fatalf("setup: want one held move; got %s %q, actuator %+v", d.Action, d.Blocked, act.moves)
+			}
+			stale := d.Moves[0]
+			tc.after(c, stale.EngineID)
+			sink.full = false
+			c.Step(t0+sec, d2pInputs())
+			for _, m := range act.moves {
+				if m == stale {
+					t.Fatalf("the held move %+v was handed over after its engine stopped moving", m)
+				}
+			}
+		})
+	}
+}

@@ -776,7 +776,9 @@ const ReasonStepTime = "step time must be > 0 Unix ns (a broken clock?); nothing
 // and only once the sink has written its decision's record: when the
 // write fails the move is held (its engine stays draining, taking no new
 // work) and handed over after the first later write that succeeds, which
-// writes the held records first, in order.
+// writes the held records first, in order. A held move whose engine is no
+// longer moving toward its role by then (removed, registered again, or
+// completed by MoveDone) is dropped.
 //
 // A step at a time that is not a Unix time (nowNs <= 0: a broken clock)
 // is refused: it changes nothing (no decision is journaled, no held time
@@ -794,6 +796,10 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 		return Decision{AtNs: nowNs, Action: ActionHold, Reason: ReasonStepTime}
 	}
 	c.badStep = false
+	// A held move whose engine was removed, re-registered or completed
+	// by MoveDone since is no longer its engine's move: it is dropped,
+	// not handed over (held stays within one move per moving engine).
+	c.held = slices.DeleteFunc(c.held, func(m Move) bool { return !c.inFlight(m) })
 	if n := c.clampFuture(nowNs); n > 0 {
 		c.log.Warn("times after this step read as its time (the clock stepped back, or the state was saved under a clock ahead)", "at_ns", nowNs, "times", n)
 	}
@@ -835,6 +841,13 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 		}
 	}
 	return d
+}
+
+// inFlight reports whether m is still its engine's move: the engine is
+// in the table and draining or switching toward m.To. Caller holds mu.
+func (c *Controller) inFlight(m Move) bool {
+	i, ok := c.index[m.EngineID]
+	return ok && c.engines[i].State != StateServing && c.engines[i].TargetRole == m.To
 }
 
 func (c *Controller) addRisk(nowNs int64, kind string) {
