@@ -7,8 +7,11 @@
 //
 // Without -fuzz, `go test ./fuzz/` replays the seed corpora as ordinary
 // tests. The inputs covered: demand history and attainment operation
-// sequences, router event bodies, engine metrics pages, and the files an
-// operator writes or a crash leaves: profile files, state.json,
-// narwhal-core's configuration and the agent's (FuzzAgentConfig builds the
-// agent, so this package needs cgo, as the agent does).
+// sequences, sequences of calls on one core (FuzzCoreAPISequence: the
+// request lifecycle, engine calls, steps, moves, restores and restarts,
+// with hostile arguments), router event bodies, engine metrics pages, and
+// the files an operator writes or a crash leaves: profile files,
+// state.json, narwhal-core's configuration and the agent's
+// (FuzzAgentConfig builds the agent, so this package needs cgo, as the
+// agent does).
 package fuzz
