@@ -40,7 +40,7 @@ const (
 	opStep
 	opClock    // the fake clock moves (forward, back, anywhere)
 	opActuator // the actuator's behaviour for the next moves
-	opRead     // State, Decisions, NewestDecisions, Unprofiled, Config
+	opRead     // State, Decisions, NewestDecisions, Unprofiled
 	opRestore  // Controller().Restore of the saved state, maybe corrupted
 	opRestart  // a new core from the saved state (JSON), engines re-registered
 	opScrape   // Prometheus collection of Collectors()
@@ -374,8 +374,9 @@ func (a *apiRun) fatalf(format string, args ...any) {
 	a.t.Fatalf("after %s:\n"+format, append([]any{strings.Join(a.trace, "\n  ")}, args...)...)
 }
 
-// FuzzCoreAPISequence decodes its input as a sequence of calls on one
-// core (four engines, both roles, a fake clock the input moves, an
+// FuzzCoreAPISequence decodes its input (a header byte: bit 0 a clock,
+// bit 1 closed-form scoring; then per call a kind byte and its
+// arguments) as a sequence of calls on one core (four engines, both roles, a fake clock the input moves, an
 // actuator that holds, refuses or completes moves) with arguments drawn
 // from the input, hostile ones included: token counts outside [0,
 // MaxTokens], times far back, far ahead or going backwards, unknown and
