@@ -24,19 +24,31 @@ import (
 // controller wants one prefill engine moved to decode at once.
 func runMover(t *testing.T, cs *fake.Clientset) (*Cluster, *controller.Controller) {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := New(cs, testConfig(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := controller.DefaultConfig()
 	cfg.ConfirmSteps, cfg.CooldownS, cfg.DwellS, cfg.MaxMovesPerStep = 1, 600, 0, 1
-	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
-	ctl, err := controller.New(cfg, tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
+	return runReplica(t, cs, testConfig(), cfg, true)
+}
+
+// runReplica runs one replica over cs until the test ends: its
+// controller (ccfg) steps with a decode deficit (ctlCore) when
+// deciding, else holds (idleCore).
+func runReplica(t *testing.T, cs *fake.Clientset, cfg Config, ccfg controller.Config, deciding bool) (*Cluster, *controller.Controller) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	k, err := New(cs, cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Bind(ctlCore{ctl}, ctl, 50*time.Millisecond); err != nil {
+	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
+	ctl, err := controller.New(ccfg, tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var core Core = idleCore{ctl}
+	if deciding {
+		core = ctlCore{ctl}
+	}
+	if err := k.Bind(core, ctl, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

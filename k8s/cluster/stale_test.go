@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -69,26 +67,8 @@ func TestNewLeaderTakesRolesFromPods(t *testing.T) {
 	state := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "narwhal-core-state"},
 		Data: map[string]string{"controller-state.json": string(saved)}}
 	cs := fake.NewSimpleClientset(self, state, enginePod("p0", "prefill"), enginePod("d0", "decode"))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := New(cs, testConfig(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
-	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	ctx := context.Background()
+	k, ctl := runReplica(t, cs, testConfig(), controller.DefaultConfig(), false)
 	waitFor(t, "two steps", func() bool { return k.Steps() >= 2 })
 	if p, d := ctl.Roles().RoleOf("p0"), ctl.Roles().RoleOf("d0"); p != controller.RolePrefill || d != controller.RoleDecode {
 		t.Fatalf("role table p0 %v d0 %v; want the pods' prefill and decode", p, d)
@@ -118,26 +98,8 @@ func TestRestartedReplicaDropsStaleLeaderLabel(t *testing.T) {
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: testConfig().LeaseName},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}}
 	cs := fake.NewSimpleClientset(self, lease, enginePod("p0", "prefill"), enginePod("d0", "decode"))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := New(cs, testConfig(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
-	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	ctx := context.Background()
+	k, _ := runReplica(t, cs, testConfig(), controller.DefaultConfig(), false)
 	waitFor(t, "the stale leader label to be removed", func() bool {
 		p, err := cs.CoreV1().Pods("narwhal").Get(ctx, "core-0", metav1.GetOptions{})
 		_, labelled := p.Labels[LabelLeader]
@@ -169,30 +131,11 @@ func leadAfterCrash(t *testing.T, left *corev1.Pod) (context.Context, *fake.Clie
 	state := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "narwhal", Name: "narwhal-core-state"},
 		Data: map[string]string{"controller-state.json": string(saved)}}
 	cs := fake.NewSimpleClientset(self, state, left, enginePod("d0", "decode"))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := testConfig()
 	cfg.DrainTimeoutS, cfg.SwitchTimeoutS = 0.2, 0.1
-	k, err := New(cs, cfg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm := controller.Timing{StepNs: 50e6, ShortNs: 10e9, LongNs: 60e9, TTFTSLOS: 1, TPOTSLOS: 0.1}
-	ctl, err := controller.New(controller.DefaultConfig(), tm, nil, controller.WithActuator(k.Actuator()), controller.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Bind(idleCore{ctl}, ctl, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	k, ctl := runReplica(t, cs, cfg, controller.DefaultConfig(), false)
 	waitFor(t, "leadership", k.IsLeader)
-	return ctx, cs, ctl
+	return context.Background(), cs, ctl
 }
 
 // A crashed leader may have switched p0's engine to decode through its
