@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/core/wire"
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 	"github.com/narwhal-io/narwhal/nvml"
 )
 
@@ -174,7 +174,7 @@ func TestGPULostMidRunMakesItsEnginesKVUnknown(t *testing.T) {
 func TestNVMLOutageKeepsThenDropsGPUMemory(t *testing.T) {
 	f := &faults{}
 	real, busyEng, body := earlierRealPage(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cfg := Config{Node: "n", StaleAfterS: 5, ScrapeTimeoutS: 0.5, Engines: []EngineConfig{
 		{ID: "b", Kind: engine.VLLM, MetricsURL: "http://127.0.0.1:1/metrics", GPUs: []string{"0"}, Geometry: geo8b},
 		{ID: "busy", Kind: engine.VLLM, MetricsURL: busyEng.URL, GPUs: []string{"1"}},
@@ -219,25 +219,7 @@ func TestNVMLOutageKeepsThenDropsGPUMemory(t *testing.T) {
 	}
 	f.set(nil)
 	bound(20e9, boundA100, 1) // the retry due at 20 s finds the driver back
-	if n, m := logs.count("NVML not read within stale_after_s"), logs.count("NVML read again"); n != 1 || m != 1 {
+	if n, m := logs.Count("NVML not read within stale_after_s"), logs.Count("NVML read again"); n != 1 || m != 1 {
 		t.Fatalf("log lines: %d stale, %d back; want one each", n, m)
 	}
-}
-
-// syncBuffer is a log destination the collection's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
 }

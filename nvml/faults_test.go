@@ -3,7 +3,6 @@
 package nvml
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
 
 // What real GPUs answer on a production node, through go-nvml's mock:
@@ -122,27 +123,8 @@ func newFaultNode() *faultNode {
 	return n
 }
 
-// syncBuf is a log destination safe for the client's worker goroutine.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// count is how many log lines carry msg exactly.
-func (s *syncBuf) count(msg string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), "msg=\""+msg+"\"")
-}
-
-func (n *faultNode) manager() (*Manager, *syncBuf) {
-	buf := &syncBuf{}
+func (n *faultNode) manager() (*Manager, *syncbuf.Buffer) {
+	buf := &syncbuf.Buffer{}
 	return NewManager(n.s, time.Second, slog.New(slog.NewTextHandler(buf, nil))), buf
 }
 
@@ -182,7 +164,7 @@ func TestGPULostAtInit(t *testing.T) {
 		st.Problems[0].MIGIndex != nil || st.LastReadNs != 4e9 {
 		t.Fatalf("status %+v; want available, 8 devices, one problem (GPU 3, memory unknown), read at 4 s", st)
 	}
-	if got := logs.count("NVML device problem"); got != 1 {
+	if got := logs.Count(`msg="NVML device problem"`); got != 1 {
 		t.Fatalf("%d problem log lines over three reads; want 1", got)
 	}
 }
@@ -223,7 +205,7 @@ func TestGPULostMidRun(t *testing.T) {
 	if err != nil || !ds[5].Memory.Known || ds[5].UUID == "" || ds[5].Problem || len(m.Status().Problems) != 0 {
 		t.Fatalf("after the GPU came back: %+v, %v, status %+v", ds[5], err, m.Status())
 	}
-	if p, c := logs.count("NVML device problem"), logs.count("NVML device problem cleared"); p != 1 || c != 1 {
+	if p, c := logs.Count(`msg="NVML device problem"`), logs.Count(`msg="NVML device problem cleared"`); p != 1 || c != 1 {
 		t.Fatalf("log lines: %d problem, %d cleared; want one each", p, c)
 	}
 }
@@ -252,7 +234,7 @@ func TestTransientErrors(t *testing.T) {
 			if ds, err := m.Devices(ctx, 3e9); err != nil || len(ds) != 8 || !m.Status().Available || n.count("init") != 2 {
 				t.Fatalf("at the retry: %d devices, %v, status %+v; want NVML back (2 inits)", len(ds), err, m.Status())
 			}
-			if w, i := logs.count("NVML unavailable: running degraded (no GPU memory cross-check)"), logs.count("NVML initialized"); w != 1 || i != 2 {
+			if w, i := logs.Count(`msg="NVML unavailable: running degraded (no GPU memory cross-check)"`), logs.Count(`msg="NVML initialized"`); w != 1 || i != 2 {
 				t.Fatalf("log lines: %d degraded, %d initialized; want 1, 2", w, i)
 			}
 
@@ -300,7 +282,7 @@ func TestNotSupportedIsNoProblem(t *testing.T) {
 	if p := ds[2].Processes; len(p) != 2 || p[0] != (Process{PID: 42}) || p[1].UsedBytes != 1<<30 {
 		t.Fatalf("processes %+v; want pid 42 with 0 B (not available), pid 43 with 1 GiB", p)
 	}
-	if st := m.Status(); len(st.Problems) != 0 || logs.count("NVML device problem") != 0 {
+	if st := m.Status(); len(st.Problems) != 0 || logs.Count(`msg="NVML device problem"`) != 0 {
 		t.Fatalf("status %+v; want no problems, no log line", st)
 	}
 }
@@ -377,7 +359,7 @@ func TestDriverReload(t *testing.T) {
 				t.Fatalf("driver back: %d devices, %v, status %+v; want all 8, available", len(ds), err, st)
 			}
 			// one line per change: the failed read, then Init's reason
-			if w := logs.count("NVML unavailable: running degraded (no GPU memory cross-check)"); w != 2 {
+			if w := logs.Count(`msg="NVML unavailable: running degraded (no GPU memory cross-check)"`); w != 2 {
 				t.Fatalf("%d degraded log lines over 4 failed reads; want 2", w)
 			}
 		})
@@ -494,7 +476,7 @@ func TestChangingNonsenseLogsOnce(t *testing.T) {
 	if notes[0] == notes[2] {
 		t.Fatalf("the figures did not change: %q", notes[0])
 	}
-	if got := logs.count("NVML device problem"); got != 1 {
+	if got := logs.Count(`msg="NVML device problem"`); got != 1 {
 		t.Fatalf("%d problem log lines over three reads of changing figures; want 1", got)
 	}
 }

@@ -12,19 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/narwhal-io/narwhal/internal/netcap/netcaptest"
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 
 // freeAddr is a loopback address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
@@ -72,7 +65,7 @@ engines:
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	done := make(chan int)
 	go func() { done <- run(ctx, []string{"run", "-config", cfg, "-listen", addr}, io.Discard, &logs) }()
 	base := "http://" + addr
@@ -81,8 +74,7 @@ engines:
 		deadline := time.Now().Add(5 * time.Second)
 		for !cond() {
 			if time.Now().After(deadline) {
-				logs.mu.Lock()
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.b.String())
+				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -124,11 +116,11 @@ func TestServeCapsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var busy syncBuf
+	var busy syncbuf.Buffer
 	code := run(context.Background(), []string{"run", "-config", cfg, "-listen", taken.Addr().String()}, io.Discard, &busy)
 	taken.Close()
-	if code != 1 || !strings.Contains(busy.b.String(), "address already in use") {
-		t.Fatalf("listen address taken: exit %d, logs %q; want 1 and the bind error", code, busy.b.String())
+	if code != 1 || !strings.Contains(busy.String(), "address already in use") {
+		t.Fatalf("listen address taken: exit %d, logs %q; want 1 and the bind error", code, busy.String())
 	}
 	serveAgent(t, addr, "/metrics", func(c int, _ string) bool { return c == 200 }, "-config", cfg, "-listen", addr, "-max-connections", "2")
 	http.DefaultClient.CloseIdleConnections() // the probe's keep-alive
@@ -189,7 +181,7 @@ func serveAgent(t *testing.T, addr, path string, ready func(code int, body strin
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	go func() { done <- run(ctx, append([]string{"run"}, args...), io.Discard, &logs) }()
 	t.Cleanup(func() {
 		cancel()
@@ -203,9 +195,7 @@ func serveAgent(t *testing.T, addr, path string, ready func(code int, body strin
 			return c, b
 		}
 		if time.Now().After(deadline) {
-			logs.mu.Lock()
-			defer logs.mu.Unlock()
-			t.Fatalf("agent did not serve %s; logs:\n%s", path, logs.b.String())
+			t.Fatalf("agent did not serve %s; logs:\n%s", path, logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

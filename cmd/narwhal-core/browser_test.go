@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
 
 var screenshot = flag.String("screenshot", "", "also write a PNG of the status page to this path (README's picture: go test ./cmd/narwhal-core -run StatusPageInABrowser -args -screenshot=$PWD/docs/status-page.png)")
@@ -42,7 +44,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- runDemo(ctx, []string{"--listen", "127.0.0.1:0", "--pace", "15"}, &stdout, &stderr) }()
 	defer func() {

@@ -1,35 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
-
-// lockedBuffer is an io.Writer that the demo and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDemoServesStateWhileDeciding starts the demo main job (the bundled
 // trace through the real core and the real HTTP service), reads /v1/state
@@ -37,7 +19,7 @@ func (l *lockedBuffer) String() string {
 func TestDemoServesStateWhileDeciding(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- runDemo(ctx, []string{"--listen", "127.0.0.1:0", "--pace", "40"}, &stdout, &stderr) }()
 
@@ -184,7 +166,7 @@ func TestDemoDecidesTheSameFromAnyStartWithinTheMinute(t *testing.T) {
 	run := func(at time.Time) (decisions, summary string) {
 		t.Helper()
 		demoNow = func() time.Time { return at }
-		var stdout, stderr lockedBuffer
+		var stdout, stderr syncbuf.Buffer
 		if err := runDemo(context.Background(), []string{"--listen", "127.0.0.1:0", "--pace", "1000000"}, &stdout, &stderr); err != nil {
 			t.Fatalf("demo at %v: %v\nstderr:\n%s", at, err, stderr.String())
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
 
 // Papercut: `narwhal-core --help` lists the demo's way to run and its
@@ -37,7 +39,7 @@ func TestDemoWithItsPortTakenFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	start := time.Now()
 	err = runDemo(context.Background(), []string{"--listen", taken.Addr().String()}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "--listen 127.0.0.1:0") {

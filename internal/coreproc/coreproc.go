@@ -25,10 +25,11 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
 
 // Token is the routers' bearer token Start gives the binary
@@ -64,23 +65,7 @@ type Proc struct {
 }
 
 // Log is a buffer safe for one writer and concurrent readers.
-type Log struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Log) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns what was written so far.
-func (l *Log) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type Log = syncbuf.Buffer
 
 // Start runs bin with args (the environment plus NARWHAL_AUTH_TOKEN=Token)
 // and waits for its "serving" log line, which carries the bound address.
