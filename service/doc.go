@@ -183,6 +183,24 @@
 //     shared by every router; the agents' token cannot write events), so
 //     keys share one namespace: a router uses a fresh random key (a UUID)
 //     per batch and reuses it only to resend the same bytes.
+//   - Skewed router clocks: events carry no request id, so each event is
+//     measured on its own stamps. TTFT and TPOT are differences of one
+//     event's arrival_ns, first_token_ns and ts_ns, so the router that
+//     sends a request's first_token, completed, failed or expired event
+//     must stamp its arrival on the same clock (in practice: a request's
+//     events come from the router that received it). A later event from
+//     a router behind the arrival's clock lies before arrival_ns and is
+//     refused; one from a router ahead is accepted with the skew added to
+//     its TTFT. Each router's events land at its own stamps: one d behind
+//     keeps its demand in the window d less long; one ahead by more than
+//     core.future_tolerance_s (default one demand bucket, 1 s) is refused
+//     however much events.max_future_s allows, so the effective future
+//     limit is the smaller of the two. A clock stepped back within the
+//     demand window loses nothing; past it, records are refused until the
+//     clock catches up (core: Stuck), and a request in flight across a
+//     step back has a completion stamped before its arrival, refused.
+//     Both limits are inclusive: ts_ns exactly max_past_s before or
+//     max_future_s after the server's clock is accepted.
 //   - Static engines (engines: in the config file) are registered only if
 //     the core does not know them yet, and a configured role is only the
 //     initial role: when data_dir's saved state knows the engine, the saved
