@@ -137,6 +137,8 @@ type EventsConfig struct {
 	// MaxFutureS: an event stamped more than this after the server's
 	// clock is refused; on the leader it also bounds the demand deltas
 	// replicas ship (a skewed router clock cannot move the newest bucket).
+	// The core refuses records more than core.future_tolerance_s ahead
+	// too, so the smaller of the two is the limit a router's clock has.
 	MaxFutureS float64 `yaml:"max_future_s" json:"max_future_s"`
 	// MaxRequestS: an event whose request arrived (arrival_ns) more than
 	// this before the event's own stamp is refused.
