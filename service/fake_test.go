@@ -85,7 +85,13 @@ func metricsCore(t *testing.T) Core {
 // (OPT-13B on A100-80GB, the built-in profile), half prefill, half decode.
 func newRealCore(t testing.TB, engines ...string) *core.Core {
 	t.Helper()
-	c, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
+	return newRealCoreWith(t, core.DefaultConfig(), engines...)
+}
+
+// newRealCoreWith is newRealCore with cfg.
+func newRealCoreWith(t testing.TB, cfg core.Config, engines ...string) *core.Core {
+	t.Helper()
+	c, err := core.New(cfg, core.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

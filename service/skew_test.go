@@ -3,14 +3,12 @@ package service
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/buckets"
-	"github.com/narwhal-io/narwhal/core/controller"
 )
 
 // skewCore is newRealCore with core.future_tolerance_s set (0: the
@@ -19,20 +17,7 @@ func skewCore(t *testing.T, futureTolS float64) *core.Core {
 	t.Helper()
 	cfg := core.DefaultConfig()
 	cfg.FutureToleranceS = futureTolS
-	c, err := core.New(cfg, core.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, id := range []string{"e1", "e2"} {
-		role := controller.RolePrefill
-		if i%2 == 1 {
-			role = controller.RoleDecode
-		}
-		if err := c.UpsertEngine(controller.Engine{ID: id, Node: "n1", Model: "facebook/opt-13b", GPU: "A100-80GB",
-			Role: role, Live: true, KVCapacityTokens: 66144}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := newRealCoreWith(t, cfg, "e1", "e2")
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -19,17 +19,6 @@ import (
 	"github.com/narwhal-io/narwhal/internal/syncbuf"
 )
 
-// freeAddr is a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -49,7 +38,7 @@ func TestServeHealthReflectsFreshness(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) }))
-	addr := freeAddr(t)
+	addr := netcaptest.FreeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	conf := fmt.Sprintf(`node: t1
 scrape_interval_s: 0.02
@@ -106,7 +95,7 @@ func TestServeCapsConnections(t *testing.T) {
 	if code := run(context.Background(), []string{"run", "-config", "/nonexistent", "-max-connections", "0"}, io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "-max-connections 0: must be at least 1") {
 		t.Fatalf("-max-connections 0: exit %d, %q; want 2 and the reason", code, errs.String())
 	}
-	addr := freeAddr(t)
+	addr := netcaptest.FreeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: none\nengines:\n  - id: e1\n    kind: vllm\n    metrics_url: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -157,7 +146,7 @@ func TestServeCapsConnections(t *testing.T) {
 // no eBPF failure: it used to say "proc (eBPF unavailable: configured:
 // proc)" although eBPF was never tried.
 func TestServeHealthNamesConfiguredProcLiveness(t *testing.T) {
-	addr := freeAddr(t)
+	addr := netcaptest.FreeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	if err := os.WriteFile(cfg, []byte("node: t1\nliveness: proc\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -40,33 +40,8 @@ func TestCrashRecoveryUnderSIGKILL(t *testing.T) {
 	const cooldownS, dwellS = 2, 2
 	// Ten prefill engines and one decode engine under decode-heavy load:
 	// the controller keeps moving engines to decode, one per cooldown.
-	initial := map[string]string{}
-	var ids []string
-	for i := 1; i <= 11; i++ {
-		id := fmt.Sprintf("e%02d", i)
-		ids = append(ids, id)
-		initial[id] = "prefill"
-	}
-	initial["e11"] = "decode"
-	var eng strings.Builder
-	for _, id := range ids {
-		fmt.Fprintf(&eng, "  - {id: %s, node: n1, model: facebook/opt-13b, gpu: A100-80GB, role: %s, kv_capacity_tokens: 66144}\n", id, initial[id])
-	}
-	cfgPath := filepath.Join(dir, "core.yaml")
-	cfg := fmt.Sprintf(`listen: "127.0.0.1:0"
-data_dir: %q
-agents: {required: false}
-engines:
-%score:
-  step_s: 0.1
-  demand_window_s: 5
-  min_evidence_span_s: 1
-  monitor_interval_s: 1
-  controller: {confirm_steps: 1, cooldown_s: %d, dwell_s: %d, prediction_arrivals: 0}
-`, data, eng.String(), cooldownS, dwellS)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, initial := coreproc.MoverConfig(t, dir, data, "",
+		fmt.Sprintf("confirm_steps: 1, cooldown_s: %d, dwell_s: %d, prediction_arrivals: 0", cooldownS, dwellS))
 	t.Setenv("NARWHAL_TEST_SLOW_WRITES_MS", "15")
 	rng := rand.New(rand.NewPCG(16, 50))
 	seen := map[uint64]string{} // records seen through /v1/decisions before a kill

@@ -283,3 +283,40 @@ func Replay(initial map[string]string, recs []Record) map[string]string {
 	}
 	return out
 }
+
+// MoverConfig writes, in dir, a core configuration for a binary test
+// that makes the controller move engines at once: eleven OPT-13B
+// engines on A100-80GB, e01-e10 prefill and e11 decode, journal and
+// state in dataDir, 0.1-s steps and a 5-s demand window; extra is more
+// top-level YAML (e.g. "journal: {retry_s: 0.1}\n"), ctl the controller
+// settings' flow mapping. It returns the file's path and the engines'
+// initial roles.
+func MoverConfig(t testing.TB, dir, dataDir, extra, ctl string) (string, map[string]string) {
+	t.Helper()
+	initial := map[string]string{}
+	var eng strings.Builder
+	for i := 1; i <= 11; i++ {
+		id, role := fmt.Sprintf("e%02d", i), "prefill"
+		if i == 11 {
+			role = "decode"
+		}
+		initial[id] = role
+		fmt.Fprintf(&eng, "  - {id: %s, node: n1, model: facebook/opt-13b, gpu: A100-80GB, role: %s, kv_capacity_tokens: 66144}\n", id, role)
+	}
+	cfg := fmt.Sprintf(`listen: "127.0.0.1:0"
+data_dir: %q
+agents: {required: false}
+%sengines:
+%score:
+  step_s: 0.1
+  demand_window_s: 5
+  min_evidence_span_s: 1
+  monitor_interval_s: 1
+  controller: {%s}
+`, dataDir, extra, eng.String(), ctl)
+	path := filepath.Join(dir, "core.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, initial
+}

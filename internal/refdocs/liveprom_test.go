@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/narwhal-io/narwhal/internal/coreproc"
+	"github.com/narwhal-io/narwhal/internal/netcap/netcaptest"
 )
 
 // TestLivePrometheus proves that the shipped rules and dashboard work on
@@ -444,7 +444,7 @@ scrape_configs:
 	}
 	var lastLog string
 	for attempt := 0; attempt < 3; attempt++ { // the free port may be taken in between
-		addr := freeAddr(t)
+		addr := netcaptest.FreeAddr(t)
 		logs := &coreproc.Log{}
 		cmd := exec.Command(bin, "--config.file="+cfgPath,
 			"--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("tsdb%d", attempt)),
@@ -490,16 +490,6 @@ scrape_configs:
 	}
 	t.Fatal(lastLog)
 	return nil
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // get returns the body of GET path?q (or the error, for messages).

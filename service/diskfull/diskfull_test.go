@@ -240,32 +240,8 @@ func TestRealDiskFull(t *testing.T) {
 
 	// Ten prefill engines and one decode engine under decode-heavy load:
 	// the controller moves engines to decode, more as the load grows.
-	initial := map[string]string{}
-	var eng strings.Builder
-	for i := 1; i <= 11; i++ {
-		id, role := fmt.Sprintf("e%02d", i), "prefill"
-		if i == 11 {
-			role = "decode"
-		}
-		initial[id] = role
-		fmt.Fprintf(&eng, "  - {id: %s, node: n1, model: facebook/opt-13b, gpu: A100-80GB, role: %s, kv_capacity_tokens: 66144}\n", id, role)
-	}
-	cfgPath := filepath.Join(t.TempDir(), "core.yaml")
-	cfg := fmt.Sprintf(`listen: "127.0.0.1:0"
-data_dir: %q
-agents: {required: false}
-journal: {retry_s: 0.1}
-engines:
-%score:
-  step_s: 0.1
-  demand_window_s: 5
-  min_evidence_span_s: 1
-  monitor_interval_s: 1
-  controller: {confirm_steps: 1, cooldown_s: 1, dwell_s: 1, max_moves_per_step: 1, prediction_arrivals: 0}
-`, data, eng.String())
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, initial := coreproc.MoverConfig(t, t.TempDir(), data, "journal: {retry_s: 0.1}\n",
+		"confirm_steps: 1, cooldown_s: 1, dwell_s: 1, max_moves_per_step: 1, prediction_arrivals: 0")
 	p := coreproc.Start(t, bin, "--config", cfgPath)
 
 	// 1. Healthy: a move is journalled, /readyz is 200.

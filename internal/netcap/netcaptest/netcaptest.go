@@ -1,4 +1,5 @@
-// Package netcaptest holds the test helper for netcap's connection caps.
+// Package netcaptest holds the test helpers for listeners: netcap's
+// connection caps, and a free loopback address.
 package netcaptest
 
 import (
@@ -45,4 +46,15 @@ func Refusals(t testing.TB, addr string, n int, wait time.Duration) int {
 	}
 	wg.Wait()
 	return int(refused.Load())
+}
+
+// FreeAddr is a loopback address whose port was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
