@@ -527,14 +527,14 @@ func (a *Actuator) callSwitch(ctx context.Context, url string, m controller.Move
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%w: %s: status %d%w", ErrSwitchEndpoint, url, resp.StatusCode, errSwitchAnswered)
+		return fmt.Errorf("%w: %s: %w %d", ErrSwitchEndpoint, url, errSwitchAnswered, resp.StatusCode)
 	}
 	return nil
 }
 
 // errSwitchAnswered marks a switch call the engine answered with a
 // refusal (it did not switch), unlike one that got no answer.
-var errSwitchAnswered = errors.New("")
+var errSwitchAnswered = errors.New("refused with status")
 
 // patch applies a JSON merge patch to the pod's labels and annotations; a
 // nil value removes the key.
