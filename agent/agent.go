@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -175,7 +176,14 @@ func (a *Agent) token() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	// One token per line: during a rotation the Secret lists the new
+	// token first and the old one after it (the core accepts both).
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if t := strings.TrimSpace(line); t != "" {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("token file %q holds no token", a.cfg.TokenFile)
 }
 
 func (a *Agent) initMetrics() {

@@ -24,8 +24,9 @@ type Config struct {
 	// CoreURL is the core's ingest endpoint, e.g.
 	// http://narwhal-core:8080/v1/agent/reports.
 	CoreURL string `yaml:"core_url"`
-	// TokenFile holds the bearer token (re-read on every reconnect);
-	// $NARWHAL_AGENT_TOKEN is used when empty.
+	// TokenFile holds the bearer token, read again for every batch sent
+	// (a rotated Secret is followed); with several lines, the first
+	// non-blank one is sent. $NARWHAL_AGENT_TOKEN is used when empty.
 	TokenFile string `yaml:"token_file"`
 	// ScrapeIntervalS: every this many seconds the agent reads NVML and
 	// each engine's metrics and queues one snapshot for the core. 0 takes

@@ -84,7 +84,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func testConfig(t *testing.T, coreURL, engineURL string) Config {
 	t.Helper()
 	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte("s3cret\n"), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte("s3cret\nold-s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return Config{

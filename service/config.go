@@ -73,15 +73,20 @@ type AuthConfig struct {
 	// Token is the routers' bearer token. Prefer TokenFile or
 	// NARWHAL_AUTH_TOKEN over writing it into the config file.
 	Token string `yaml:"token" json:"-"`
-	// TokenFile is a file holding the routers' token (a mounted Secret),
-	// read at start; surrounding white space is ignored.
+	// TokenFile is a file holding the routers' token (a mounted Secret):
+	// one token per line, each accepted (the new and the old one during a
+	// rotation), read again every token_reload_s.
 	TokenFile string `yaml:"token_file" json:"token_file"`
 	// AgentToken is the agents' bearer token (POST /v1/agent/reports),
 	// required while agents.required; it must differ from Token.
 	AgentToken string `yaml:"agent_token" json:"-"`
 	// AgentTokenFile is a file holding the agents' token (a mounted
-	// Secret), read at start; surrounding white space is ignored.
+	// Secret), read as token_file is.
 	AgentTokenFile string `yaml:"agent_token_file" json:"agent_token_file"`
+	// TokenReloadS is how often the token files are read again, so that
+	// a rotated Secret is accepted without a restart (0: read at start
+	// only).
+	TokenReloadS float64 `yaml:"token_reload_s" json:"token_reload_s"`
 	// AllowUnauthenticated must be set explicitly to run writes without
 	// a token (tests, demos).
 	AllowUnauthenticated bool `yaml:"allow_unauthenticated" json:"allow_unauthenticated"`
@@ -244,6 +249,7 @@ func DefaultConfig() Config {
 		},
 		Agents: AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1,
 			MaxNodes: 4096, MaxEngines: 16384, ForgetAfterS: 600, MaxEpochAheadS: 600},
+		Auth:       AuthConfig{TokenReloadS: 10},
 		Journal:    JournalConfig{MaxSegmentBytes: 32 << 20, KeepSegments: 8, RetryS: 1},
 		Core:       defaultCoreConfig(),
 		Kubernetes: defaultKubernetesConfig(),
@@ -269,6 +275,18 @@ func idempotencyRetentionNs(retentionS float64, l Limits) int64 {
 		return int64(retentionS * 1e9)
 	}
 	return l.MaxPastNs + l.MaxFutureNs
+}
+
+// shared reports whether a and b have a token in common.
+func shared(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ErrConfig wraps every configuration error.
@@ -300,23 +318,27 @@ func (c *Config) Validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		bad("tls.cert_file and tls.key_file must be set together, got cert_file=%q key_file=%q", c.TLS.CertFile, c.TLS.KeyFile)
 	}
+	// Each token file is read here (its first token kept in the token
+	// field) so that a bad one stops the start; the server reads it again
+	// (authtokens.go).
+	clear := map[string][]string{}
 	readToken := func(name string, tok, file *string) {
 		if *tok != "" && *file != "" {
 			bad("auth.%s and auth.%s_file are exclusive, got both", name, name)
 			return
 		}
 		if *file == "" {
+			if *tok != "" {
+				clear[name] = []string{*tok}
+			}
 			return
 		}
-		b, err := os.ReadFile(*file)
-		switch {
-		case err != nil:
-			bad("auth.%s_file must be readable, got %q: %v", name, *file, err)
-		case len(bytes.TrimSpace(b)) == 0:
-			bad("auth.%s_file must hold a token, got empty file %q", name, *file)
-		default:
-			*tok = string(bytes.TrimSpace(b))
+		_, toks, err := readTokenFile(*file)
+		if err != nil {
+			bad("auth.%s_file must be a readable file holding a token (one per line), got %q: %v", name, *file, err)
+			return
 		}
+		*tok, clear[name] = toks[0], toks
 	}
 	if c.Profiles.File != "" {
 		if _, err := profile.LoadFile(c.Profiles.File); err != nil {
@@ -332,8 +354,13 @@ func (c *Config) Validate() error {
 	if c.Auth.AgentToken == "" && agentFile == "" && c.Agents.Required && !c.Auth.AllowUnauthenticated {
 		bad("auth.agent_token must be set while agents.required=true (auth.agent_token_file or NARWHAL_AUTH_AGENT_TOKEN), got none; agents and routers hold different tokens")
 	}
-	if c.Auth.Token != "" && c.Auth.Token == c.Auth.AgentToken {
+	if shared(clear["token"], clear["agent_token"]) {
 		bad("auth.agent_token must differ from auth.token, got the same token for routers and agents")
+	}
+	if c.Auth.TokenReloadS < 0 || c.Auth.TokenReloadS != c.Auth.TokenReloadS {
+		bad("auth.token_reload_s must be >= 0 (0: read at start only), got %v", c.Auth.TokenReloadS)
+	} else if c.Auth.TokenReloadS > 365*24*3600 {
+		bad("auth.token_reload_s must be <= %d, got %v", 365*24*3600, c.Auth.TokenReloadS)
 	}
 	// maxSpanS bounds every duration (a year, as the core's), so that
 	// seconds × 1e9 fits a time.Duration.

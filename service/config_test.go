@@ -114,7 +114,7 @@ func TestLoadErrors(t *testing.T) {
 	f([]string{"--bogus=1"}, tok, "", "flag provided but not defined: -bogus")
 	f([]string{"--engines=x"}, tok, "", "flag provided but not defined")
 	f([]string{"--agents.required=maybe"}, tok, "", "agents.required must be a boolean")
-	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN_FILE": "/does/not/exist"}, "", "auth.token_file must be readable")
+	f(nil, map[string]string{"NARWHAL_AUTH_TOKEN_FILE": "/does/not/exist"}, "", "auth.token_file must be a readable file holding a token", "/does/not/exist")
 	f(nil, tok, "listen: \":1\"\n---\nlisten: \":2\"\n", "more than one YAML document")
 	// A setting a release removed is refused with why, from a file, the
 	// environment or a flag.

@@ -137,7 +137,13 @@
 // token cannot write events. A token comes from auth.*_file or the
 // environment (NARWHAL_AUTH_TOKEN, NARWHAL_AUTH_AGENT_TOKEN); a flag
 // carrying one is refused (it would show in the process list). The
-// Bearer scheme is matched case-insensitively. agents.max_nodes=4096 and
+// Bearer scheme is matched case-insensitively. A token file holds one
+// token per line, each accepted, and is read again every
+// auth.token_reload_s=10, so a rotated Secret is taken without a restart:
+// list the new token above the old, move the writers over, then drop the
+// old line (docs/operator.md). A reload that is unreadable, empty or
+// shares a token with the other file keeps the tokens accepted before
+// (narwhal_auth_token_reloads_total{result="error"}). agents.max_nodes=4096 and
 // agents.max_engines=16384 bound the registry; a node silent for
 // agents.forget_after_s=600 is forgotten, and so (without
 // kubernetes.enabled) is an engine no agent has listed and that has not

@@ -298,17 +298,18 @@ func applyEvent(c EventSink, ev *Event) error {
 }
 
 // bearer guards writes with the core's one bearer-token check
-// (wire.Token: hashed, constant-time), answering in the service's JSON.
-type bearer struct{ tok wire.Token }
+// (wire.Token: hashed, constant-time) against each token its source
+// accepts now (authtokens.go), answering in the service's JSON.
+type bearer struct{ src *tokenSource }
 
-func newBearer(token string) *bearer { return &bearer{tok: wire.NewToken(token)} }
+func newBearer(src *tokenSource) *bearer { return &bearer{src: src} }
 
 func (b *bearer) wrap(h http.Handler) http.Handler {
-	if b.tok.Open() {
+	if b.src.open() { // a file always holds a token: open stays open
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch err := b.tok.Check(r.Header.Get("Authorization")); {
+		switch err := b.src.check(r.Header.Get("Authorization")); {
 		case errors.Is(err, wire.ErrNoToken):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
 			writeJSON(w, http.StatusUnauthorized, errorReply{"missing bearer token: send Authorization: Bearer <token>; nothing was applied"})

@@ -181,7 +181,10 @@ func (k *Kube) Bind(c *core.Core) ([]Option, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	every := time.Duration(secNs(k.cfg.Kubernetes.ShipEveryS))
-	token := k.cfg.Auth.Token
+	// The routers' token file, read again as the server reads it (the
+	// server logs and counts a bad reload; this copy only follows).
+	token := followedToken(newTokenSource("token", k.cfg.Auth.Token, k.cfg.Auth.TokenFile, slog.New(slog.DiscardHandler), nil),
+		secNs(k.cfg.Auth.TokenReloadS), func() int64 { return time.Now().UnixNano() })
 	shipLog := k.log.With("to", k.url)
 	handler := demandmerge.Handler(k.store, k.cfg.HTTP.MaxBodyBytes, k.cluster.IsLeader, k.log)
 	cs := append(k.cluster.Collectors(), k.mergeCollectors()...)

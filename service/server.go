@@ -101,6 +101,7 @@ type Server struct {
 	extraRoutes     []Route
 	extraCollectors []prometheus.Collector
 	loops           []namedLoop
+	tokens          *authTokens
 
 	// The engines-list ids (never forgotten), and since when each
 	// other engine has been gone (forgetGone; the sweep's goroutine only).
@@ -149,6 +150,22 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		fleet.WithLimits(fleet.Limits{MaxNodes: cfg.Agents.MaxNodes, MaxEngines: cfg.Agents.MaxEngines,
 			MaxEpochAheadNs: int64(cfg.Agents.MaxEpochAheadS * 1e9), ForgetAfterNs: int64(cfg.Agents.ForgetAfterS * 1e9)}))
 	s.metrics = newHTTPMetrics()
+	s.tokens = newAuthTokens(cfg.Auth, logger.With("component", "auth"))
+	if s.tokens.hasFile() && cfg.Auth.TokenReloadS > 0 {
+		every := time.Duration(cfg.Auth.TokenReloadS * float64(time.Second))
+		s.loops = append(s.loops, namedLoop{"token reload", func(ctx context.Context) error {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+					s.tokens.reload()
+				}
+			}
+		}})
+	}
 	s.budget = newBodyBudget(cfg.HTTP.MaxInflightBodyBytes, cfg.HTTP.MaxBodyBytes)
 	s.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_http_connections_refused_total",
 		Help: "API connections answered 503 and closed because http.max_connections were open."})
@@ -161,7 +178,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
 	cs = append(cs, s.metrics.collectors()...)
-	cs = append(cs, s.budget.refused, s.budget.inflight, s.connRefused, s.forgotten)
+	cs = append(cs, s.budget.refused, s.budget.inflight, s.connRefused, s.forgotten, s.tokens.reloads)
 	cs = append(cs, idem.collectors()...)
 	cs = append(cs, s.registry.Collectors()...)
 	cs = append(cs, c.Collectors()...)
@@ -363,7 +380,7 @@ func (s *Server) serve(ctx context.Context) error {
 
 func (s *Server) routes() (http.Handler, error) {
 	mux := http.NewServeMux()
-	auth := newBearer(s.cfg.Auth.Token)
+	auth := newBearer(s.tokens.router)
 	m := s.metrics
 	// The budget is taken after authentication: an unauthenticated client
 	// cannot hold body bytes.
@@ -371,7 +388,7 @@ func (s *Server) routes() (http.Handler, error) {
 	var agents http.Handler
 	switch {
 	case s.cfg.Auth.AgentToken != "":
-		agents = newBearer(s.cfg.Auth.AgentToken).wrap(s.budget.wrap(s.registry.Handler("", s.cfg.HTTP.MaxBodyBytes, s.now)))
+		agents = newBearer(s.tokens.agent).wrap(s.budget.wrap(s.registry.Handler("", s.cfg.HTTP.MaxBodyBytes, s.now)))
 	case s.cfg.Auth.AllowUnauthenticated:
 		agents = s.budget.wrap(s.registry.Handler("", s.cfg.HTTP.MaxBodyBytes, s.now))
 	default:

@@ -94,8 +94,9 @@ func Post(ctx context.Context, c *http.Client, url, token string, d *Delta) (ins
 // Ship sends x's deltas to url every period until ctx ends, reading the
 // wall clock for "closed before". When the receiving store's instance
 // changes (a new leader), it resends everything the router retains.
-// Errors are logged and retried at the next period.
-func Ship(ctx context.Context, x *Exporter, c *http.Client, url, token string, every time.Duration, logger *slog.Logger) {
+// Errors are logged and retried at the next period. token is called
+// before each post, so a rotated token is sent once read.
+func Ship(ctx context.Context, x *Exporter, c *http.Client, url string, token func() string, every time.Duration, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -111,7 +112,7 @@ func Ship(ctx context.Context, x *Exporter, c *http.Client, url, token string, e
 			if !ok {
 				d = x.Heartbeat()
 			}
-			got, err := Post(ctx, c, url, token, &d)
+			got, err := Post(ctx, c, url, token(), &d)
 			if err != nil {
 				logger.Warn("demand delta not delivered", "seq", d.Seq, "err", err)
 				continue
