@@ -87,7 +87,10 @@ func TestShipResendsToANewLeader(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { Ship(ctx, x, srv.Client(), srv.URL, func() string { return "" }, 10*time.Millisecond, nil); close(done) }()
+	go func() {
+		Ship(ctx, x, srv.Client(), srv.URL, func() string { return "" }, 10*time.Millisecond, nil)
+		close(done)
+	}()
 	defer func() { cancel(); <-done }()
 
 	count := func(s *Store) int64 {
