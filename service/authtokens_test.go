@@ -41,35 +41,48 @@ func TestParseTokens(t *testing.T) {
 	}
 }
 
-// secretDir lays out a token file as the kubelet does for a Secret
-// volume: dir/token -> ..data/token, ..data -> a timestamped directory,
-// and an update swaps ..data atomically (rename of a new symlink).
+// secretDir lays out files as the kubelet does for a Secret volume:
+// dir/name -> ..data/name, ..data -> a timestamped directory, and an
+// update swaps ..data atomically (the rename of a new symlink).
 type secretDir struct {
 	t   *testing.T
 	dir string
 	gen int
 }
 
+// newSecretDir holds one file, token, with content.
 func newSecretDir(t *testing.T, content string) *secretDir {
+	return newSecretFiles(t, map[string]string{"token": content})
+}
+
+func newSecretFiles(t *testing.T, files map[string]string) *secretDir {
 	d := &secretDir{t: t, dir: t.TempDir()}
-	d.update(content)
-	if err := os.Symlink(filepath.Join("..data", "token"), filepath.Join(d.dir, "token")); err != nil {
-		t.Fatal(err)
+	d.updateFiles(files)
+	for name := range files {
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(d.dir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return d
 }
 
-func (d *secretDir) path() string { return filepath.Join(d.dir, "token") }
+func (d *secretDir) path() string { return d.file("token") }
 
-func (d *secretDir) update(content string) {
+func (d *secretDir) file(name string) string { return filepath.Join(d.dir, name) }
+
+func (d *secretDir) update(content string) { d.updateFiles(map[string]string{"token": content}) }
+
+func (d *secretDir) updateFiles(files map[string]string) {
 	d.t.Helper()
 	d.gen++
 	ts := fmt.Sprintf("..2026_12_03_%d", d.gen)
 	if err := os.Mkdir(filepath.Join(d.dir, ts), 0o755); err != nil {
 		d.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(d.dir, ts, "token"), []byte(content), 0o644); err != nil {
-		d.t.Fatal(err)
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(d.dir, ts, name), []byte(content), 0o644); err != nil {
+			d.t.Fatal(err)
+		}
 	}
 	tmp := filepath.Join(d.dir, "..data_tmp")
 	if err := os.Symlink(ts, tmp); err != nil {

@@ -99,6 +99,10 @@ type TLSConfig struct {
 	CertFile string `yaml:"cert_file" json:"cert_file"`
 	// KeyFile is the PEM private key of CertFile.
 	KeyFile string `yaml:"key_file" json:"key_file"`
+	// ReloadS is how often both files are read again, so that a renewed
+	// certificate (cert-manager) is served without a restart (0: read at
+	// start only).
+	ReloadS float64 `yaml:"reload_s" json:"reload_s"`
 }
 
 // HTTPConfig: server timeouts and request size limits.
@@ -250,6 +254,7 @@ func DefaultConfig() Config {
 		Agents: AgentsConfig{Required: true, StaleAfterS: 15, SweepS: 1,
 			MaxNodes: 4096, MaxEngines: 16384, ForgetAfterS: 600, MaxEpochAheadS: 600},
 		Auth:       AuthConfig{TokenReloadS: 10},
+		TLS:        TLSConfig{ReloadS: 10},
 		Journal:    JournalConfig{MaxSegmentBytes: 32 << 20, KeepSegments: 8, RetryS: 1},
 		Core:       defaultCoreConfig(),
 		Kubernetes: defaultKubernetesConfig(),
@@ -353,6 +358,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Auth.AgentToken == "" && agentFile == "" && c.Agents.Required && !c.Auth.AllowUnauthenticated {
 		bad("auth.agent_token must be set while agents.required=true (auth.agent_token_file or NARWHAL_AUTH_AGENT_TOKEN), got none; agents and routers hold different tokens")
+	}
+	if c.TLS.ReloadS < 0 || c.TLS.ReloadS != c.TLS.ReloadS {
+		bad("tls.reload_s must be >= 0 (0: read at start only), got %v", c.TLS.ReloadS)
+	} else if c.TLS.ReloadS > 365*24*3600 {
+		bad("tls.reload_s must be <= %d, got %v", 365*24*3600, c.TLS.ReloadS)
 	}
 	if shared(clear["token"], clear["agent_token"]) {
 		bad("auth.agent_token must differ from auth.token, got the same token for routers and agents")

@@ -143,7 +143,13 @@
 // list the new token above the old, move the writers over, then drop the
 // old line (docs/operator.md). A reload that is unreadable, empty or
 // shares a token with the other file keeps the tokens accepted before
-// (narwhal_auth_token_reloads_total{result="error"}). agents.max_nodes=4096 and
+// (narwhal_auth_token_reloads_total{result="error"}). With tls.cert_file
+// and tls.key_file the API listener speaks TLS 1.2 or later; the pair is
+// read again every tls.reload_s=10, and new connections get a renewed
+// certificate (cert-manager renews into the same Secret); a pair that
+// does not load keeps the one served (narwhal_tls_reloads_total,
+// narwhal_tls_certificate_not_after_seconds, alert
+// NarwhalTLSCertificateExpiring). agents.max_nodes=4096 and
 // agents.max_engines=16384 bound the registry; a node silent for
 // agents.forget_after_s=600 is forgotten, and so (without
 // kubernetes.enabled) is an engine no agent has listed and that has not

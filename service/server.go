@@ -69,6 +69,24 @@ func WithLoop(name string, run func(ctx context.Context) error) Option {
 	return func(s *Server) { s.loops = append(s.loops, namedLoop{name, run}) }
 }
 
+// every is a loop that calls fn every d until ctx ends.
+func every(d time.Duration, fn func()) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				fn()
+			}
+		}
+	}
+}
+
+func secsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
 type namedLoop struct {
 	name string
 	run  func(ctx context.Context) error
@@ -102,6 +120,7 @@ type Server struct {
 	extraCollectors []prometheus.Collector
 	loops           []namedLoop
 	tokens          *authTokens
+	certs           *certSource // nil without TLS
 
 	// The engines-list ids (never forgotten), and since when each
 	// other engine has been gone (forgetGone; the sweep's goroutine only).
@@ -152,19 +171,17 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	s.metrics = newHTTPMetrics()
 	s.tokens = newAuthTokens(cfg.Auth, logger.With("component", "auth"))
 	if s.tokens.hasFile() && cfg.Auth.TokenReloadS > 0 {
-		every := time.Duration(cfg.Auth.TokenReloadS * float64(time.Second))
-		s.loops = append(s.loops, namedLoop{"token reload", func(ctx context.Context) error {
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-t.C:
-					s.tokens.reload()
-				}
-			}
-		}})
+		s.loops = append(s.loops, namedLoop{"token reload", every(secsDur(cfg.Auth.TokenReloadS), s.tokens.reload)})
+	}
+	if cfg.TLS.CertFile != "" {
+		var err error
+		if s.certs, err = newCertSource(cfg.TLS.CertFile, cfg.TLS.KeyFile, logger.With("component", "tls")); err != nil {
+			return nil, err
+		}
+		s.extraCollectors = append(s.extraCollectors, s.certs)
+		if cfg.TLS.ReloadS > 0 {
+			s.loops = append(s.loops, namedLoop{"TLS reload", every(secsDur(cfg.TLS.ReloadS), func() { _, _ = s.certs.reload() })})
+		}
 	}
 	s.budget = newBodyBudget(cfg.HTTP.MaxInflightBodyBytes, cfg.HTTP.MaxBodyBytes)
 	s.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_http_connections_refused_total",
@@ -216,13 +233,8 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		}
 	}
 	s.apiLn = netcap.New(s.apiLn, effectiveMaxConnections(cfg.HTTP.MaxConnections, logger), "http.max_connections", s.connRefused, logger)
-	if cfg.TLS.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-		if err != nil {
-			s.apiLn.Close()
-			return nil, fmt.Errorf("service: loading TLS key pair: %w", err)
-		}
-		s.apiLn = tls.NewListener(s.apiLn, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if s.certs != nil {
+		s.apiLn = tls.NewListener(s.apiLn, &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12})
 	}
 	if cfg.AdminListen != "" {
 		mux := http.NewServeMux()

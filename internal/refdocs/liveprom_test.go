@@ -296,6 +296,7 @@ var mayBeEmpty = []struct{ metric, why string }{
 	{"narwhal_fleet_reports_total", "agent reports: the demo's simulator is the engine table's source and agent reports are off"},
 	{"narwhal_leader_is_leader", "leader election runs with kubernetes.enabled only; the demo has no Lease"},
 	{"narwhal_auth_token_reloads_total", "token file reloads: the demo's token is fixed, not read from a file"},
+	{"narwhal_tls_certificate_not_after_seconds", "the TLS listener's certificate: the demo serves plain HTTP"},
 }
 
 func emptyReason(expr string) (struct{ metric, why string }, bool) {

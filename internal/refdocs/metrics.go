@@ -2,7 +2,14 @@ package refdocs
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes/fake"
@@ -29,7 +37,7 @@ type Metric struct {
 }
 
 // Catalog lists every narwhal_* metric the two processes register: a
-// narwhal-core built as a Kubernetes replica with a data_dir (which
+// narwhal-core built as a Kubernetes replica with a data_dir and TLS (which
 // registers everything the single-replica service does, plus the leader,
 // cluster and demand merge metrics, and the journal's) and a
 // narwhal-agent with one engine, a core URL and Kubernetes discovery.
@@ -50,6 +58,9 @@ func Catalog() ([]Metric, error) {
 	cfg.Agents.Required = false
 	cfg.Kubernetes.Enabled = true
 	cfg.Kubernetes.Namespace, cfg.Kubernetes.PodName = "narwhal", "narwhal-core-0"
+	if cfg.TLS.CertFile, cfg.TLS.KeyFile, err = writeKeyPair(dataDir); err != nil {
+		return nil, err
+	}
 	srv, _, err := service.NewKubeServer(cfg, fake.NewClientset(), quiet)
 	if err != nil {
 		return nil, fmt.Errorf("refdocs: building a core: %w", err)
@@ -293,4 +304,31 @@ retained window (four demand windows) and reset as it slides.
 		b.WriteString("\n")
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// writeKeyPair writes a self-signed certificate and its key into dir
+// (the TLS listener's metrics register only with TLS on).
+func writeKeyPair(dir string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", fmt.Errorf("refdocs: %w", err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "narwhal-refdocs"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", fmt.Errorf("refdocs: %w", err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", fmt.Errorf("refdocs: %w", err)
+	}
+	certFile, keyFile = dir+"/tls.crt", dir+"/tls.key"
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", fmt.Errorf("refdocs: %w", err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return "", "", fmt.Errorf("refdocs: %w", err)
+	}
+	return certFile, keyFile, nil
 }
