@@ -456,3 +456,139 @@ func TestChartDisruptionBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestChartTLS: with tls.existingSecret every party speaks HTTPS to the
+// core and trusts the Secret's CA: the core loads the Secret's pair from
+// where the Deployment mounts it, replicas ship demand and agents report
+// over https with SSL_CERT_FILE at the mounted CA, the probes use HTTPS,
+// and the ServiceMonitor scrapes over https with the CA and the Service's
+// name. No monitoring object carries a write token, with or without TLS
+// (/metrics needs none). Without the value nothing of this renders.
+func TestChartTLS(t *testing.T) {
+	h := helm(t)
+	type monitor struct {
+		Kind string `yaml:"kind"`
+		Spec struct {
+			Endpoints []map[string]any `yaml:"endpoints"`
+		} `yaml:"spec"`
+	}
+	monitors := func(out []byte) []monitor {
+		var ms []monitor
+		for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+			var m monitor
+			if err := yaml.Unmarshal(doc, &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.Kind == "ServiceMonitor" || m.Kind == "PodMonitor" {
+				ms = append(ms, m)
+			}
+		}
+		return ms
+	}
+	env := func(c corev1.Container, name string) string {
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+		return ""
+	}
+	// mountOf is the path where the pod mounts the volume of Secret secret,
+	// and the keys it projects (key -> path).
+	mountOf := func(spec corev1.PodSpec, secret string) (string, map[string]string) {
+		for _, v := range spec.Volumes {
+			if v.Secret == nil || v.Secret.SecretName != secret {
+				continue
+			}
+			items := map[string]string{}
+			for _, it := range v.Secret.Items {
+				items[it.Key] = it.Path
+			}
+			for _, m := range spec.Containers[0].VolumeMounts {
+				if m.Name == v.Name {
+					return m.MountPath, items
+				}
+			}
+		}
+		return "", nil
+	}
+
+	for _, tc := range []struct {
+		name, set string
+		tls       bool
+	}{
+		{"plain", "auth.existingSecret=tok,serviceMonitor.enabled=true", false},
+		{"tls", "auth.existingSecret=tok,serviceMonitor.enabled=true,tls.existingSecret=narwhal-tls", true},
+	} {
+		out := render(t, h, "template", "narwhal", "../charts/narwhal", "-n", "narwhal", "--set", tc.set)
+		objs := decodeAll(t, tc.name, out)
+		checkConfigs(t, objs, "narwhal", "narwhal.io/role")
+		core := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["core.yaml"] != "" })
+		write := tempWriter(t)
+		cfg, err := service.Load([]string{"--config", write("core.yaml", core.Data["core.yaml"])}, coreEnv(write, "narwhal", core))
+		if err != nil {
+			t.Fatalf("%s: core.yaml: %v", tc.name, err)
+		}
+		t.Setenv("NODE_NAME", "gpu-node-1")
+		ag := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["agent.yaml"] != "" })
+		ac, err := agent.LoadConfig(write("agent.yaml", ag.Data["agent.yaml"]))
+		if err != nil {
+			t.Fatalf("%s: agent.yaml: %v", tc.name, err)
+		}
+		dep := find(objs, func(d *appsv1.Deployment) bool { return d.Name == "narwhal-core" })
+		ds := find(objs, func(*appsv1.DaemonSet) bool { return true })
+		coreC, agentC := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
+		probes := []*corev1.Probe{coreC.ReadinessProbe, coreC.LivenessProbe}
+		ms := monitors(out)
+		if len(ms) != 2 {
+			t.Fatalf("%s: %d monitors, want a ServiceMonitor and a PodMonitor", tc.name, len(ms))
+		}
+		for _, m := range ms {
+			for _, ep := range m.Spec.Endpoints {
+				if _, ok := ep["authorization"]; ok {
+					t.Errorf("%s: %s sends a credential to /metrics: %v", tc.name, m.Kind, ep)
+				}
+			}
+		}
+		sm := ms[slices.IndexFunc(ms, func(m monitor) bool { return m.Kind == "ServiceMonitor" })].Spec.Endpoints[0]
+
+		if !tc.tls {
+			if cfg.TLS.CertFile != "" || !strings.HasPrefix(cfg.Kubernetes.DemandURL, "http://") || !strings.HasPrefix(ac.CoreURL, "http://") ||
+				env(coreC, "SSL_CERT_FILE") != "" || env(agentC, "SSL_CERT_FILE") != "" || sm["scheme"] != nil {
+				t.Fatalf("plain: TLS rendered: cert %q demand %q agent %q ssl %q/%q scheme %v", cfg.TLS.CertFile, cfg.Kubernetes.DemandURL,
+					ac.CoreURL, env(coreC, "SSL_CERT_FILE"), env(agentC, "SSL_CERT_FILE"), sm["scheme"])
+			}
+			for _, p := range probes {
+				if p.HTTPGet.Scheme != "" && p.HTTPGet.Scheme != corev1.URISchemeHTTP {
+					t.Fatalf("plain: probe scheme %q", p.HTTPGet.Scheme)
+				}
+			}
+			continue
+		}
+		dir, items := mountOf(dep.Spec.Template.Spec, "narwhal-tls")
+		if dir == "" || cfg.TLS.CertFile != dir+"/"+items["tls.crt"] || cfg.TLS.KeyFile != dir+"/"+items["tls.key"] {
+			t.Fatalf("tls: core loads %q, %q; the Secret is mounted at %q with %v", cfg.TLS.CertFile, cfg.TLS.KeyFile, dir, items)
+		}
+		if got := env(coreC, "SSL_CERT_FILE"); got != dir+"/"+items["ca.crt"] {
+			t.Fatalf("tls: core SSL_CERT_FILE %q; the CA is at %s/%s", got, dir, items["ca.crt"])
+		}
+		adir, aitems := mountOf(ds.Spec.Template.Spec, "narwhal-tls")
+		if got := env(agentC, "SSL_CERT_FILE"); adir == "" || got != adir+"/"+aitems["ca.crt"] || aitems["tls.key"] != "" {
+			t.Fatalf("tls: agent SSL_CERT_FILE %q; mounted at %q with %v (the key must not reach agents)", got, adir, aitems)
+		}
+		if !strings.HasPrefix(cfg.Kubernetes.DemandURL, "https://narwhal-core-leader.narwhal.svc:") || !strings.HasPrefix(ac.CoreURL, "https://narwhal-core-leader.narwhal.svc:") {
+			t.Fatalf("tls: demand_url %q, agent core_url %q; want https to the leader Service", cfg.Kubernetes.DemandURL, ac.CoreURL)
+		}
+		for _, p := range probes {
+			if p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+				t.Fatalf("tls: probe scheme %q, want HTTPS", p.HTTPGet.Scheme)
+			}
+		}
+		tc, _ := sm["tlsConfig"].(map[string]any)
+		ca, _ := tc["ca"].(map[string]any)
+		sec, _ := ca["secret"].(map[string]any)
+		if sm["scheme"] != "https" || tc["serverName"] != "narwhal-core.narwhal.svc" || sec["name"] != "narwhal-tls" || sec["key"] != "ca.crt" {
+			t.Fatalf("tls: ServiceMonitor endpoint %v", sm)
+		}
+	}
+}

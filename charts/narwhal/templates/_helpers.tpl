@@ -26,6 +26,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- .Values.engines.namespace | default .Release.Namespace -}}
 {{- end -}}
 
+{{/* TLS on the core's API listener: its scheme, where pods mount the
+  Secret, and the environment that makes Go trust its CA (SSL_CERT_FILE
+  replaces the system roots). */}}
+{{- define "narwhal.scheme" -}}
+{{- if .Values.tls.existingSecret }}https{{ else }}http{{ end -}}
+{{- end -}}
+
+{{- define "narwhal.tlsDir" -}}
+/var/run/secrets/narwhal-tls
+{{- end -}}
+
+{{- define "narwhal.tlsEnv" -}}
+{{- if and .Values.tls.existingSecret .Values.tls.caKey -}}
+- name: SSL_CERT_FILE
+  value: {{ include "narwhal.tlsDir" . }}/ca.crt
+{{- end -}}
+{{- end -}}
+
 {{- define "narwhal.tokenSecret" -}}
 {{- .Values.auth.existingSecret | default (printf "%s-token" (include "narwhal.fullname" .)) -}}
 {{- end -}}
