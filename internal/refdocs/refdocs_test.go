@@ -358,7 +358,7 @@ var (
 	docEnv      = regexp.MustCompile(`\bNARWHAL_[A-Z0-9_]+`)
 	docSelector = regexp.MustCompile(`\b(narwhal_[a-z0-9_]+)\{([^}]*)\}`)
 	docDotPath  = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*(\.[a-zA-Z0-9_]+)+$`)
-	docFileExt  = regexp.MustCompile(`\.(json|jsonl|yaml|md|csv|go|png|svg|sh|txt)$`)
+	docFileExt  = regexp.MustCompile(`\.(json|jsonl|yaml|md|csv|go|png|svg|sh|txt|crt|key|pem)$`)
 )
 
 // The hand-written pages name only metrics (and their labels), settings,
