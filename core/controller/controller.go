@@ -58,6 +58,9 @@ type Controller struct {
 
 	engines  []Engine
 	profIdx  []int // per engine: profile index or -1
+	// modelKey per engine: its model, normalized (the profile's name
+	// when one resolved, so aliases agree); "" when unknown.
+	modelKey []string
 	busy     []busyAcc
 	index    map[string]int
 	restored map[string]PersistedEngine
@@ -303,7 +306,7 @@ func (c *Controller) upsertLocked(e Engine) {
 			e.State, e.TargetRole = old.State, old.TargetRole
 		}
 		e.LastMoveNs = max(e.LastMoveNs, old.LastMoveNs)
-		c.engines[i], c.profIdx[i] = e, pi
+		c.engines[i], c.profIdx[i], c.modelKey[i] = e, pi, c.modelKeyOf(&e, pi)
 	} else {
 		if r, ok := c.restored[e.ID]; ok {
 			// Saved state wins over the role a caller registers the
@@ -332,6 +335,7 @@ func (c *Controller) upsertLocked(e Engine) {
 		c.index[e.ID] = len(c.engines)
 		c.engines = append(c.engines, e)
 		c.profIdx = append(c.profIdx, pi)
+		c.modelKey = append(c.modelKey, c.modelKeyOf(&e, pi))
 		c.busy = append(c.busy, busyAcc{})
 	}
 }
@@ -345,9 +349,9 @@ func (c *Controller) RemoveEngine(id string) error {
 		return fmt.Errorf("remove %q: %w", id, ErrUnknownEngine)
 	}
 	last := len(c.engines) - 1
-	c.engines[i], c.profIdx[i], c.busy[i] = c.engines[last], c.profIdx[last], c.busy[last]
+	c.engines[i], c.profIdx[i], c.busy[i], c.modelKey[i] = c.engines[last], c.profIdx[last], c.busy[last], c.modelKey[last]
 	c.index[c.engines[i].ID] = i
-	c.engines, c.profIdx, c.busy = c.engines[:last], c.profIdx[:last], c.busy[:last]
+	c.engines, c.profIdx, c.busy, c.modelKey = c.engines[:last], c.profIdx[:last], c.busy[:last], c.modelKey[:last]
 	delete(c.index, id)
 	delete(c.moveStart, id)
 	c.publish()
@@ -1186,7 +1190,11 @@ func (c *Controller) decide(nowNs int64) Decision {
 	}
 	gate(GateDwell, dwellAny, 0, c.cfg.DwellS, "a "+from.String()+" engine past its dwell")
 	// Coverage is judged on its own when dwell already blocks.
-	gate(GateProfileCoverage, len(cands) > 0 || (!dwellAny && coveredAny), 0, 0, "a profile covering "+to.String()+" and the observed shapes")
+	if models := c.liveModels(); models != "" {
+		gate(GateProfileCoverage, false, 2, 1, models)
+	} else {
+		gate(GateProfileCoverage, len(cands) > 0 || (!dwellAny && coveredAny), 0, 0, "a profile covering "+to.String()+" and the observed shapes")
+	}
 	needConfirm, confirmDetail := c.cfg.ConfirmSteps, "consecutive steps choosing this move"
 	if dir == -c.lastMoveDir {
 		needConfirm, confirmDetail = max(needConfirm, c.cfg.ReversalConfirmSteps), "consecutive steps choosing this move (it reverses the last move)"

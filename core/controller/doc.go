@@ -274,7 +274,8 @@
 //
 // The proposal then passes, in order: role_floors, live_availability,
 // source_pressure, kv_limit, demand_evidence, cooldown, dwell,
-// profile_coverage, confirmation. Gates may lower the engine count; a gate
+// profile_coverage, confirmation. profile_coverage also fails while the
+// live engines serve more than one model (models.go). Gates may lower the engine count; a gate
 // that allows no engine fails. All gates are journalled; the first
 // failing one is blocked_gate; the journal's proposed split is where the
 // decision moves to.
