@@ -56,8 +56,8 @@ type Controller struct {
 	sink     Sink
 	history  []Decision
 
-	engines  []Engine
-	profIdx  []int // per engine: profile index or -1
+	engines []Engine
+	profIdx []int // per engine: profile index or -1
 	// modelKey per engine: its model, normalized (the profile's name
 	// when one resolved, so aliases agree); "" when unknown.
 	modelKey []string
