@@ -5,7 +5,9 @@
 //
 //	POST /v1/events         NDJSON lifecycle events (routers' bearer token, auth.token)
 //	POST /v1/agent/reports  core/wire batches from narwhal-agent (agents' bearer token, auth.agent_token; core/fleet)
-//	GET  /v1/roles          the role table
+//	GET  /v1/roles          the role table, with an ETag: If-None-Match answers 304 while it is
+//	                        unchanged, and with Prefer: wait=N (N ≤ 60 s, below http.write_timeout_s)
+//	                        waits for a change (roles.go)
 //	GET  /v1/state          the facade's State(now)
 //	GET  /v1/decisions      the journal: ?limit=N (1..1000, default 100) the newest N, oldest
 //	                        first; ?since=<seq>&limit=N up to N after seq (exclusive), to page forward

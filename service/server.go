@@ -121,6 +121,7 @@ type Server struct {
 	loops           []namedLoop
 	tokens          *authTokens
 	certs           *certSource // nil without TLS
+	roles           rolesWatch
 
 	// The engines-list ids (never forgotten), and since when each
 	// other engine has been gone (forgetGone; the sweep's goroutine only).
@@ -170,6 +171,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 			MaxEpochAheadNs: int64(cfg.Agents.MaxEpochAheadS * 1e9), ForgetAfterNs: int64(cfg.Agents.ForgetAfterS * 1e9)}))
 	s.metrics = newHTTPMetrics()
 	s.tokens = newAuthTokens(cfg.Auth, logger.With("component", "auth"))
+	s.loops = append(s.loops, namedLoop{"roles watch", s.roles.run(c)})
 	if s.tokens.hasFile() && cfg.Auth.TokenReloadS > 0 {
 		s.loops = append(s.loops, namedLoop{"token reload", every(secsDur(cfg.Auth.TokenReloadS), s.tokens.reload)})
 	}
@@ -452,10 +454,6 @@ func getOnly(h http.HandlerFunc) http.Handler {
 		}
 		h(w, r)
 	})
-}
-
-func (s *Server) handleRoles(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.core.Roles())
 }
 
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
