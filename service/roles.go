@@ -37,10 +37,25 @@ type rolesBody struct {
 // rolesWatch hands the current encoded table out and wakes waiters when
 // the core publishes another.
 type rolesWatch struct {
-	mu      sync.Mutex
-	cur     *rolesBody
-	changed chan struct{} // closed when cur is replaced
+	mu       sync.Mutex
+	cur      *rolesBody
+	changed  chan struct{} // closed when cur is replaced
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when the server shuts down
 }
+
+// stopping is closed when the server starts shutting down: waiting
+// requests answer at once, so that they do not hold the shutdown.
+func (w *rolesWatch) stopping() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped == nil {
+		w.stopped = make(chan struct{})
+	}
+	return w.stopped
+}
+
+func (w *rolesWatch) stop() { w.stopOnce.Do(func() { close(w.stopping()) }) }
 
 // body is the encoded table the core publishes now, cached per table.
 func (w *rolesWatch) body(c Core) *rolesBody {
@@ -115,6 +130,7 @@ func (s *Server) handleRoles(w http.ResponseWriter, r *http.Request) {
 				b = s.roles.body(s.core)
 			case <-t.C:
 			case <-r.Context().Done():
+			case <-s.roles.stopping():
 			}
 			t.Stop()
 			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(wait))

@@ -111,3 +111,51 @@ func TestPreferWait(t *testing.T) {
 		}
 	}
 }
+
+// A request waiting for a role change does not hold the shutdown: it is
+// answered (304) as soon as Serve starts shutting down.
+func TestRolesWaitEndsAtShutdown(t *testing.T) {
+	cfg := testConfig()
+	cfg.Listen = "127.0.0.1:0"
+	s, err := New(cfg, newRealCore(t, "e1", "e2"), nil, WithClock(func() int64 { return testNow }), WithoutControlLoop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	url := "http://" + s.Addr().String() + "/v1/roles"
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+	req.Header.Set("Prefer", "wait=25")
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond) // the request is waiting
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil || time.Since(start) > 5*time.Second {
+			t.Fatalf("Serve returned %v after %v; want nil at once", err, time.Since(start))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Serve did not return within 15 s of the cancel")
+	}
+	if code := <-got; code != http.StatusNotModified {
+		t.Fatalf("the waiting request got %d, want 304", code)
+	}
+}

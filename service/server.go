@@ -368,6 +368,7 @@ func (s *Server) serve(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 	s.log.Info("shutting down")
+	s.roles.stop()
 	shCtx, shCancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.HTTP.ShutdownTimeoutS*float64(time.Second)))
 	defer shCancel()
 	var errs []error
