@@ -297,8 +297,12 @@ func normModel(s string) string {
 	if i := strings.LastIndexByte(s, '/'); i >= 0 {
 		s = s[i+1:]
 	}
-	return strings.NewReplacer("-", "", "_", "", ".", "", " ", "").Replace(s)
+	return modelSeparators.Replace(s)
 }
+
+// modelSeparators drops what model spellings differ by (built once: a
+// Replacer builds its tables on first use).
+var modelSeparators = strings.NewReplacer("-", "", "_", "", ".", "", " ", "")
 
 // normGPU lowercases a GPU kind and drops separators and a trailing "b"
 // of "gb" ("A100-80GB" and "a100-80g" match).
