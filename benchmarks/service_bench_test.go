@@ -45,6 +45,7 @@ func (discardSink) OfferSized(int64, int64, int64) error              { return n
 func (discardSink) Tokenized(int64, int64, int64, int64) error        { return nil }
 func (discardSink) Admitted(int64, string, int64, int64) error        { return nil }
 func (discardSink) Refused(int64) error                               { return nil }
+func (discardSink) RefusedSized(int64, int64) error                   { return nil }
 func (discardSink) FirstToken(int64, int64) error                     { return nil }
 func (discardSink) Completed(int64, int64, int64, int64, int64) error { return nil }
 func (discardSink) Failed(int64, int64, int64) error                  { return nil }

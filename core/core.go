@@ -350,12 +350,30 @@ func (c *Core) Admitted(nowNs int64, engineID string, input, reqOutput int64) er
 	return nil
 }
 
-// Refused records a predictive refusal (attainment outcome refused). A
-// refused request is no longer being read: it ends a pending offer (a
-// router that refuses before sizing sends no sized event).
+// Refused records a predictive refusal (attainment outcome refused) of a
+// request refused before it was sized: it is no longer being read, so it
+// ends a pending offer. After OfferSized, use RefusedSized.
 func (c *Core) Refused(nowNs int64) error {
 	c.demand.EndPending()
 	if nowNs <= 0 {
+		return errTime
+	}
+	if c.ahead(nowNs) {
+		return c.errAhead
+	}
+	if !c.att.Record(nowNs, buckets.OutcomeRefused, false, false) {
+		return errTooOld
+	}
+	return nil
+}
+
+// RefusedSized records a predictive refusal of a request already sized:
+// its OfferSized (arrival arrivalNs) ended its pending offer, so this one
+// ends none. A refusal decided from the request's size comes after it is
+// sized; Refused would end a second, unrelated pending offer and read
+// demand as more complete than it is.
+func (c *Core) RefusedSized(nowNs, arrivalNs int64) error {
+	if nowNs <= 0 || arrivalNs <= 0 || arrivalNs > nowNs {
 		return errTime
 	}
 	if c.ahead(nowNs) {

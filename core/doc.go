@@ -8,7 +8,7 @@
 // OfferStarted (body being read) → OfferSized (local estimate, e.g. body
 // bytes / 4, with the requested output) or OfferAbandoned → Tokenized
 // (exact input, repriced at the original arrival) → Admitted (an engine
-// from Roles) or Refused → FirstToken → Completed, Failed or Expired.
+// from Roles) or Refused (RefusedSized once sized) → FirstToken → Completed, Failed or Expired.
 // Every timestamp is an int64 Unix-nanosecond parameter.
 //
 // # Pending offers (our reading of "request bodies still being read")
@@ -16,7 +16,8 @@
 // demand_history.unsized.pending counts OfferStarted calls not yet ended.
 // An offer ends with OfferSized (whether or not its values are accepted:
 // the body has been read), OfferAbandoned, Refused (a request refused
-// before it was sized), or, when none of them comes (a router that
+// before it was sized; a refusal after OfferSized is RefusedSized, which
+// ends none: the sized call did), or, when none of them comes (a router that
 // crashed mid-body), at the first Step at least pending_timeout_s after a
 // step that saw it started; the narwhal-core service sets the timeout from
 // events.pending_timeout_s, by default its own body read timeout, after

@@ -267,6 +267,42 @@ func TestSpecUnsizedPendingCountsBodiesStillBeingRead(t *testing.T) {
 	}
 }
 
+// A request refused after it was sized is no longer a body being read,
+// but its sized event already ended its pending offer: RefusedSized
+// records the refusal and leaves the other offers pending (Refused, for
+// a refusal before sizing, ends one). Both count in attainment; a bad
+// arrival changes nothing.
+func TestSpecUnsizedPendingRefusedAfterSizing(t *testing.T) {
+	c := newCore(t)
+	for range 3 {
+		c.OfferStarted(at(0))
+	}
+	must(t, c.OfferSized(at(0.1), 100, 10))
+	must(t, c.RefusedSized(at(0.2), at(0.1)))
+	st := c.State(at(1))
+	if st.DemandHistory.Unsized.Pending != 2 {
+		t.Fatalf("after a sized request's refusal: pending %d; want 2 (two bodies still being read)", st.DemandHistory.Unsized.Pending)
+	}
+	must(t, c.Refused(at(0.3))) // refused while its body was read
+	if got := c.State(at(1)).DemandHistory.Unsized.Pending; got != 1 {
+		t.Fatalf("after a refusal before sizing: pending %d; want 1", got)
+	}
+	before := c.State(at(1))
+	for _, bad := range [][2]float64{{0.5, 0.6}, {0.5, 0.51}} {
+		if err := c.RefusedSized(at(bad[0]), at(bad[1])); !errors.Is(err, ErrInvalidInput) {
+			t.Fatalf("RefusedSized(%v, arrival %v): %v; want ErrInvalidInput", bad[0], bad[1], err)
+		}
+	}
+	if err := c.RefusedSized(at(0.5), 0); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("RefusedSized without an arrival: %v; want ErrInvalidInput", err)
+	}
+	after := c.State(at(1))
+	if after.DemandHistory.Unsized.Pending != before.DemandHistory.Unsized.Pending || refusedCount(c, after) != refusedCount(c, before) || refusedCount(c, after) != 2 {
+		t.Fatalf("refused calls changed state: pending %d -> %d, refused %d -> %d (want 2)", before.DemandHistory.Unsized.Pending,
+			after.DemandHistory.Unsized.Pending, refusedCount(c, before), refusedCount(c, after))
+	}
+}
+
 // TestCrashedRoutersOfferTimesOutUnderTraffic: an offer a crashed router
 // left pending times out after pending_timeout_s while other routers'
 // offers keep starting and ending (ends carry no identity, and matching
@@ -1231,3 +1267,6 @@ func TestSpecConsolidationEvidenceCountsOnlyObservationsKnownAfterTheCutoff(t *t
 		t.Fatalf("evidence %d counts the bucket straddling the cutoff (window %d)", ev.Arrivals, all.Count())
 	}
 }
+
+// refusedCount is the refused outcomes in st's attainment.
+func refusedCount(_ *Core, st State) int64 { return st.Attainment.ByOutcome["refused"].Total }

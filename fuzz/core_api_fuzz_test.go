@@ -607,6 +607,13 @@ func (a *apiRun) call(r *apiReader) {
 		}
 	case opRefused:
 		ts := r.at(a.clk)
+		if r.u8()%2 == 1 { // refused after sizing: ends no pending offer
+			arr := r.at(ts)
+			note("%d sized at %d", ts, arr)
+			v := viewOf(c, false)
+			a.perRequest(v, c.RefusedSized(ts, arr), false, ts, ts <= 0 || arr <= 0 || arr > ts)
+			break
+		}
 		note("%d", ts)
 		v := viewOf(c, false)
 		a.perRequest(v, c.Refused(ts), true, ts, ts <= 0)

@@ -17,6 +17,7 @@ type EventSink interface {
 	Tokenized(arrivalNs, estInput, exactInput, reqOutput int64) error
 	Admitted(nowNs int64, engineID string, input, reqOutput int64) error
 	Refused(nowNs int64) error
+	RefusedSized(nowNs, arrivalNs int64) error
 	FirstToken(nowNs, arrivalNs int64) error
 	Completed(nowNs, arrivalNs, firstTokenNs, reqOutput, outputTokens int64) error
 	Failed(nowNs, arrivalNs, firstTokenNs int64) error

@@ -36,7 +36,8 @@
 //	                                                          -> Tokenized(arrival, est, input, req_out)
 //	admitted         ts_ns engine input_tokens [requested_output_tokens=0]
 //	                                                          -> Admitted(ts, engine, input, req_out)
-//	refused          ts_ns                                    -> Refused(ts)
+//	refused          ts_ns [arrival_ns]                       -> Refused(ts); with arrival_ns (the request
+//	                                                             was sized) RefusedSized(ts, arrival)
 //	first_token      ts_ns arrival_ns                         -> FirstToken(ts, arrival)
 //	completed        ts_ns arrival_ns first_token_ns output_tokens [requested_output_tokens=0]
 //	                                                          -> Completed(ts, arrival, first_token, req_out, output)

@@ -143,7 +143,7 @@ var (
 		EventSized:          fieldType | fieldTs | fieldArrival | fieldEstInput | fieldReqOutput,
 		EventTokenized:      fieldType | fieldTs | fieldArrival | fieldEstInput | fieldInput | fieldReqOutput,
 		EventAdmitted:       fieldType | fieldTs | fieldEngine | fieldInput | fieldReqOutput,
-		EventRefused:        fieldType | fieldTs,
+		EventRefused:        fieldType | fieldTs | fieldArrival,
 		EventFirstToken:     fieldType | fieldTs | fieldArrival,
 		EventCompleted:      fieldType | fieldTs | fieldArrival | fieldFirstToken | fieldReqOutput | fieldOutput,
 		EventFailed:         fieldType | fieldTs | fieldArrival | fieldFirstToken,

@@ -284,6 +284,9 @@ func applyEvent(c EventSink, ev *Event) error {
 	case EventAdmitted:
 		return c.Admitted(ev.TsNs, ev.Engine, ev.InputTokens, ev.RequestedOutputTokens)
 	case EventRefused:
+		if ev.has&fieldArrival != 0 { // refused after its sized event
+			return c.RefusedSized(ev.TsNs, ev.ArrivalNs)
+		}
 		return c.Refused(ev.TsNs)
 	case EventFirstToken:
 		return c.FirstToken(ev.TsNs, ev.ArrivalNs)

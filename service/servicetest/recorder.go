@@ -72,7 +72,7 @@ func (r *Recorder) rec(m string, eng string, args ...int64) error {
 	switch m {
 	case "OfferStarted":
 		r.pending++
-	case "OfferAbandoned", "OfferSized":
+	case "OfferAbandoned", "OfferSized", "Refused": // as the core: RefusedSized ends none
 		if r.pending > 0 {
 			r.pending--
 		}
@@ -92,6 +92,9 @@ func (r *Recorder) Admitted(nowNs int64, engineID string, input, reqOutput int64
 	return r.rec("Admitted", engineID, nowNs, input, reqOutput)
 }
 func (r *Recorder) Refused(nowNs int64) error { return r.rec("Refused", "", nowNs) }
+func (r *Recorder) RefusedSized(nowNs, arrivalNs int64) error {
+	return r.rec("RefusedSized", "", nowNs, arrivalNs)
+}
 func (r *Recorder) FirstToken(nowNs, arrivalNs int64) error {
 	return r.rec("FirstToken", "", nowNs, arrivalNs)
 }
