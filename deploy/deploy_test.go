@@ -592,3 +592,24 @@ func TestChartTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestChartPriorityClasses: core.priorityClassName sets the core pods'
+// PriorityClass (none by default); agents run as system-node-critical
+// whatever it is (an evicted agent marks its node's engines down).
+func TestChartPriorityClasses(t *testing.T) {
+	h := helm(t)
+	for _, tc := range []struct{ set, want string }{
+		{"auth.existingSecret=tok", ""},
+		{"auth.existingSecret=tok,core.priorityClassName=narwhal-high", "narwhal-high"},
+	} {
+		objs := decodeAll(t, tc.set, render(t, h, "template", "narwhal", "../charts/narwhal", "-n", "narwhal", "--set", tc.set))
+		dep := find(objs, func(d *appsv1.Deployment) bool { return d.Name == "narwhal-core" })
+		ds := find(objs, func(*appsv1.DaemonSet) bool { return true })
+		if got := dep.Spec.Template.Spec.PriorityClassName; got != tc.want {
+			t.Errorf("--set %s: core priorityClassName %q, want %q", tc.set, got, tc.want)
+		}
+		if got := ds.Spec.Template.Spec.PriorityClassName; got != "system-node-critical" {
+			t.Errorf("--set %s: agent priorityClassName %q, want system-node-critical", tc.set, got)
+		}
+	}
+}
