@@ -358,13 +358,7 @@ func (c *Core) Refused(nowNs int64) error {
 	if nowNs <= 0 {
 		return errTime
 	}
-	if c.ahead(nowNs) {
-		return c.errAhead
-	}
-	if !c.att.Record(nowNs, buckets.OutcomeRefused, false, false) {
-		return errTooOld
-	}
-	return nil
+	return c.recordRefused(nowNs)
 }
 
 // RefusedSized records a predictive refusal of a request already sized:
@@ -376,6 +370,11 @@ func (c *Core) RefusedSized(nowNs, arrivalNs int64) error {
 	if nowNs <= 0 || arrivalNs <= 0 || arrivalNs > nowNs {
 		return errTime
 	}
+	return c.recordRefused(nowNs)
+}
+
+// recordRefused records the refused outcome at nowNs (> 0).
+func (c *Core) recordRefused(nowNs int64) error {
 	if c.ahead(nowNs) {
 		return c.errAhead
 	}

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -116,15 +115,7 @@ func TestTokenFilesRotateWithoutRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	serving(t, s)
 	client := &http.Client{Timeout: 10 * time.Second}
 	postAs := func(path, token, body string) int {
 		t.Helper()
@@ -143,16 +134,6 @@ func TestTokenFilesRotateWithoutRestart(t *testing.T) {
 	// token (401): enough to tell which tokens the agents' endpoint takes.
 	routerOK := func(tok string) bool { return postAs("/v1/events", tok, event) == http.StatusOK }
 	agentOK := func(tok string) bool { return postAs("/v1/agent/reports", tok, "{}") != http.StatusUnauthorized }
-	// eventually polls until cond holds (reloads run every 10 ms).
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 10 s: %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	reloads := func(token, result string) float64 {
 		return testutil.ToFloat64(s.tokens.reloads.WithLabelValues(token, result))
 	}
@@ -161,7 +142,7 @@ func TestTokenFilesRotateWithoutRestart(t *testing.T) {
 		t.Fatal("at start: want old-router on events and old-agent on reports only")
 	}
 	routers.update("new-router\nold-router\n")
-	eventually("the new router token accepted", func() bool { return routerOK("new-router") })
+	eventually(t, "the new router token accepted", func() bool { return routerOK("new-router") })
 	if !routerOK("old-router") {
 		t.Fatal("during the rotation the old router token was refused")
 	}
@@ -169,21 +150,21 @@ func TestTokenFilesRotateWithoutRestart(t *testing.T) {
 		t.Fatalf("current %q, want new-router (the first line)", s.tokens.router.current())
 	}
 	routers.update("new-router\n")
-	eventually("the old router token refused", func() bool { return !routerOK("old-router") })
+	eventually(t, "the old router token refused", func() bool { return !routerOK("old-router") })
 	if !routerOK("new-router") || reloads("token", "ok") != 2 {
 		t.Fatalf("after the rotation: new-router refused or %v ok reloads (want 2)", reloads("token", "ok"))
 	}
 
 	// Bad reloads change nothing and are counted.
 	routers.update("\n \n")
-	eventually("an empty token file counted", func() bool { return reloads("token", "error") >= 1 })
+	eventually(t, "an empty token file counted", func() bool { return reloads("token", "error") >= 1 })
 	agents.update("new-agent\nnew-router\n")
-	eventually("an agent file listing the routers' token counted", func() bool { return reloads("agent_token", "error") >= 1 })
+	eventually(t, "an agent file listing the routers' token counted", func() bool { return reloads("agent_token", "error") >= 1 })
 	if !routerOK("new-router") || !agentOK("old-agent") || agentOK("new-agent") || agentOK("new-router") {
 		t.Fatal("a bad reload changed the accepted tokens")
 	}
 	agents.update("new-agent\n")
-	eventually("the new agent token accepted", func() bool { return agentOK("new-agent") })
+	eventually(t, "the new agent token accepted", func() bool { return agentOK("new-agent") })
 	if agentOK("old-agent") || routerOK("new-agent") {
 		t.Fatal("after the agents' rotation: old-agent still accepted, or new-agent accepted on events")
 	}

@@ -23,10 +23,7 @@ func TestRolesConditionalAndWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	serving(t, s)
 	client := &http.Client{Timeout: 20 * time.Second}
 	get := func(etag, prefer string) (int, http.Header, string, time.Duration) {
 		t.Helper()

@@ -1,16 +1,9 @@
 package service
 
 import (
-	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,39 +13,29 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/narwhal-io/narwhal/internal/testcert"
 )
 
 // With tls.cert_file and tls.key_file the API listener speaks only TLS.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "narwhal-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
+	certPEM, keyPEM := selfSigned(t, 1, time.Now().Add(time.Hour))
 	cfg := testConfig()
 	cfg.TLS.CertFile, cfg.TLS.KeyFile = filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
-	os.WriteFile(cfg.TLS.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(cfg.TLS.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	for f, b := range map[string]string{cfg.TLS.CertFile: certPEM, cfg.TLS.KeyFile: keyPEM} {
+		if err := os.WriteFile(f, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := New(cfg, newFakeCore(), nil, WithoutControlLoop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	serving(t, s)
 
+	block, _ := pem.Decode([]byte(certPEM))
+	der := block.Bytes
 	cert, _ := x509.ParseCertificate(der)
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
@@ -74,27 +57,15 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// selfSigned is a PEM certificate for 127.0.0.1 with the given serial
-// and its PEM key.
+// selfSigned is a self-signed PEM certificate for 127.0.0.1 with the
+// given serial and its PEM key.
 func selfSigned(t *testing.T, serial int64, notAfter time.Time) (certPEM, keyPEM string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, k, err := testcert.Server(nil, serial, notAfter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "narwhal-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}))
+	return string(c), string(k)
 }
 
 // A certificate renewed into its Secret (cert-manager) is served to new
@@ -114,10 +85,7 @@ func TestTLSCertificateRenewedWithoutRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	serving(t, s)
 
 	// served is the serial of the certificate a new connection is shown.
 	served := func() int64 {
@@ -144,15 +112,6 @@ func TestTLSCertificateRenewedWithoutRestart(t *testing.T) {
 		t.Fatal("no narwhal_tls_certificate_not_after_seconds on /metrics")
 		return 0
 	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 10 s: %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	if got := served(); got != 1 {
 		t.Fatalf("at start: serial %d served, want 1", got)
 	}
@@ -160,12 +119,12 @@ func TestTLSCertificateRenewedWithoutRestart(t *testing.T) {
 		t.Fatalf("not_after %v, want %d", got, expA.Unix())
 	}
 	d.updateFiles(map[string]string{"tls.crt": certB, "tls.key": keyB})
-	eventually("the renewed certificate served", func() bool { return served() == 2 })
+	eventually(t, "the renewed certificate served", func() bool { return served() == 2 })
 	if got := notAfter(); got != float64(expB.Unix()) {
 		t.Fatalf("after renewal: not_after %v, want %d", got, expB.Unix())
 	}
 	d.updateFiles(map[string]string{"tls.crt": certC, "tls.key": keyB}) // the key is not C's
-	eventually("the mismatched pair counted", func() bool {
+	eventually(t, "the mismatched pair counted", func() bool {
 		return testutil.ToFloat64(s.certs.reloads.WithLabelValues("error")) >= 1
 	})
 	if got := served(); got != 2 {

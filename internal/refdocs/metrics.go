@@ -2,15 +2,8 @@ package refdocs
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,6 +18,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent"
 	"github.com/narwhal-io/narwhal/agent/engine"
 	"github.com/narwhal-io/narwhal/agent/kubediscover"
+	"github.com/narwhal-io/narwhal/internal/testcert"
 	"github.com/narwhal-io/narwhal/service"
 )
 
@@ -309,25 +303,15 @@ retained window (four demand windows) and reset as it slides.
 // writeKeyPair writes a self-signed certificate and its key into dir
 // (the TLS listener's metrics register only with TLS on).
 func writeKeyPair(dir string) (certFile, keyFile string, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", fmt.Errorf("refdocs: %w", err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "narwhal-refdocs"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return "", "", fmt.Errorf("refdocs: %w", err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
+	cert, key, err := testcert.Server(nil, 1, time.Now().Add(time.Hour))
 	if err != nil {
 		return "", "", fmt.Errorf("refdocs: %w", err)
 	}
 	certFile, keyFile = dir+"/tls.crt", dir+"/tls.key"
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(certFile, cert, 0o600); err != nil {
 		return "", "", fmt.Errorf("refdocs: %w", err)
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
 		return "", "", fmt.Errorf("refdocs: %w", err)
 	}
 	return certFile, keyFile, nil
