@@ -17,7 +17,7 @@ import (
 
 // Token rotation. A Kubernetes Secret mounted as a volume (not with
 // subPath) is updated in place when the Secret changes; agents already
-// read their token file again on every reconnect. The service reads
+// read their token file again for every batch they send. The service reads
 // auth.token_file and auth.agent_token_file again every
 // auth.token_reload_s, so a rotated Secret reaches it without a restart.
 // A token file holds one token per line (blank lines ignored, at most
