@@ -178,10 +178,12 @@ func TestTokenFilesSharingATokenRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "auth.agent_token must differ from auth.token") {
 		t.Fatalf("got %v; want the shared token refused", err)
 	}
-	for _, v := range []string{"-1", "NaN", "1e9"} {
-		_, err := Load([]string{"--auth.token_reload_s=" + v}, envOf(map[string]string{"NARWHAL_AUTH_TOKEN": "t", "NARWHAL_AUTH_AGENT_TOKEN": "a"}))
-		if err == nil || !strings.Contains(err.Error(), "auth.token_reload_s must be") {
-			t.Fatalf("token_reload_s %s: got %v; want refused", v, err)
+	for _, setting := range []string{"auth.token_reload_s", "tls.reload_s"} {
+		for _, v := range []string{"-1", "NaN", "1e9"} {
+			_, err := Load([]string{"--" + setting + "=" + v}, envOf(map[string]string{"NARWHAL_AUTH_TOKEN": "t", "NARWHAL_AUTH_AGENT_TOKEN": "a"}))
+			if err == nil || !strings.Contains(err.Error(), setting+" must be") {
+				t.Fatalf("%s %s: got %v; want refused", setting, v, err)
+			}
 		}
 	}
 }

@@ -359,18 +359,8 @@ func (c *Config) Validate() error {
 	if c.Auth.AgentToken == "" && agentFile == "" && c.Agents.Required && !c.Auth.AllowUnauthenticated {
 		bad("auth.agent_token must be set while agents.required=true (auth.agent_token_file or NARWHAL_AUTH_AGENT_TOKEN), got none; agents and routers hold different tokens")
 	}
-	if c.TLS.ReloadS < 0 || c.TLS.ReloadS != c.TLS.ReloadS {
-		bad("tls.reload_s must be >= 0 (0: read at start only), got %v", c.TLS.ReloadS)
-	} else if c.TLS.ReloadS > 365*24*3600 {
-		bad("tls.reload_s must be <= %d, got %v", 365*24*3600, c.TLS.ReloadS)
-	}
 	if shared(clear["token"], clear["agent_token"]) {
 		bad("auth.agent_token must differ from auth.token, got the same token for routers and agents")
-	}
-	if c.Auth.TokenReloadS < 0 || c.Auth.TokenReloadS != c.Auth.TokenReloadS {
-		bad("auth.token_reload_s must be >= 0 (0: read at start only), got %v", c.Auth.TokenReloadS)
-	} else if c.Auth.TokenReloadS > 365*24*3600 {
-		bad("auth.token_reload_s must be <= %d, got %v", 365*24*3600, c.Auth.TokenReloadS)
 	}
 	// maxSpanS bounds every duration (a year, as the core's), so that
 	// seconds × 1e9 fits a time.Duration.
@@ -379,6 +369,15 @@ func (c *Config) Validate() error {
 		switch {
 		case !(v > 0):
 			bad("%s must be > 0, got %v", name, v)
+		case v > maxSpanS:
+			bad("%s must be <= %d, got %v", name, maxSpanS, v)
+		}
+	}
+	// zeroOr: a duration where 0 has a meaning of its own (zero).
+	zeroOr := func(name string, v float64, zero string) {
+		switch {
+		case v < 0 || v != v:
+			bad("%s must be >= 0 (0: %s), got %v", name, zero, v)
 		case v > maxSpanS:
 			bad("%s must be <= %d, got %v", name, maxSpanS, v)
 		}
@@ -410,17 +409,11 @@ func (c *Config) Validate() error {
 	pos("events.max_past_s", c.Events.MaxPastS)
 	pos("events.max_future_s", c.Events.MaxFutureS)
 	pos("events.max_request_s", c.Events.MaxRequestS)
-	if c.Events.PendingTimeoutS < 0 || c.Events.PendingTimeoutS != c.Events.PendingTimeoutS {
-		bad("events.pending_timeout_s must be >= 0 (0: http.read_timeout_s), got %v", c.Events.PendingTimeoutS)
-	} else if c.Events.PendingTimeoutS > maxSpanS {
-		bad("events.pending_timeout_s must be <= %d, got %v", maxSpanS, c.Events.PendingTimeoutS)
-	}
+	zeroOr("events.pending_timeout_s", c.Events.PendingTimeoutS, "http.read_timeout_s")
 	posInt("events.idempotency_max_keys", int64(c.Events.IdempotencyMaxKeys))
-	if c.Events.IdempotencyRetentionS < 0 || c.Events.IdempotencyRetentionS != c.Events.IdempotencyRetentionS {
-		bad("events.idempotency_retention_s must be >= 0 (0: events.max_past_s + events.max_future_s), got %v", c.Events.IdempotencyRetentionS)
-	} else if c.Events.IdempotencyRetentionS > maxSpanS {
-		bad("events.idempotency_retention_s must be <= %d, got %v", maxSpanS, c.Events.IdempotencyRetentionS)
-	}
+	zeroOr("events.idempotency_retention_s", c.Events.IdempotencyRetentionS, "events.max_past_s + events.max_future_s")
+	zeroOr("auth.token_reload_s", c.Auth.TokenReloadS, "read at start only")
+	zeroOr("tls.reload_s", c.TLS.ReloadS, "read at start only")
 	posInt("journal.max_segment_bytes", c.Journal.MaxSegmentBytes)
 	posInt("journal.keep_segments", int64(c.Journal.KeepSegments))
 	pos("journal.retry_s", c.Journal.RetryS)

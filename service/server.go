@@ -219,13 +219,12 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		return nil, err
 	}
 
-	secs := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 	s.api = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: secs(cfg.HTTP.ReadHeaderTimeoutS),
-		ReadTimeout:       secs(cfg.HTTP.ReadTimeoutS),
-		WriteTimeout:      secs(cfg.HTTP.WriteTimeoutS),
-		IdleTimeout:       secs(cfg.HTTP.IdleTimeoutS),
+		ReadHeaderTimeout: secsDur(cfg.HTTP.ReadHeaderTimeoutS),
+		ReadTimeout:       secsDur(cfg.HTTP.ReadTimeoutS),
+		WriteTimeout:      secsDur(cfg.HTTP.WriteTimeoutS),
+		IdleTimeout:       secsDur(cfg.HTTP.IdleTimeoutS),
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -251,10 +250,10 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		// (pprof extends its write deadline by the seconds asked for).
 		s.admin = &http.Server{
 			Handler:           http.MaxBytesHandler(maxProfileSeconds(mux), adminMaxBodyBytes),
-			ReadHeaderTimeout: secs(cfg.HTTP.ReadHeaderTimeoutS),
-			ReadTimeout:       secs(cfg.HTTP.ReadTimeoutS),
+			ReadHeaderTimeout: secsDur(cfg.HTTP.ReadHeaderTimeoutS),
+			ReadTimeout:       secsDur(cfg.HTTP.ReadTimeoutS),
 			WriteTimeout:      adminWriteTimeout,
-			IdleTimeout:       secs(cfg.HTTP.IdleTimeoutS),
+			IdleTimeout:       secsDur(cfg.HTTP.IdleTimeoutS),
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
