@@ -59,28 +59,26 @@ func (w *rolesWatch) stop() { w.stopOnce.Do(func() { close(w.stopping()) }) }
 
 // body is the encoded table the core publishes now, cached per table.
 func (w *rolesWatch) body(c Core) *rolesBody {
+	b, _ := w.wait(c)
+	return b
+}
+
+// wait returns the current body and a channel closed when it is
+// replaced, both read under one lock.
+func (w *rolesWatch) wait(c Core) (*rolesBody, <-chan struct{}) {
 	t := c.Roles()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cur != nil && w.cur.t == t {
-		return w.cur
+	if w.cur == nil || w.cur.t != t {
+		body := encodeJSON(t)
+		sum := sha256.Sum256(body)
+		w.cur = &rolesBody{t: t, body: body, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
+		if w.changed != nil {
+			close(w.changed)
+		}
+		w.changed = make(chan struct{})
 	}
-	body := encodeJSON(t)
-	sum := sha256.Sum256(body)
-	w.cur = &rolesBody{t: t, body: body, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
-	if w.changed != nil {
-		close(w.changed)
-	}
-	w.changed = make(chan struct{})
-	return w.cur
-}
-
-// wait returns the current body and a channel closed when it is replaced.
-func (w *rolesWatch) wait(c Core) (*rolesBody, <-chan struct{}) {
-	b := w.body(c)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return b, w.changed
+	return w.cur, w.changed
 }
 
 // run looks for a new table every rolesPollInterval until ctx ends.
@@ -125,12 +123,18 @@ func (s *Server) handleRoles(w http.ResponseWriter, r *http.Request) {
 		capS := min(maxRolesWaitS, int(s.cfg.HTTP.WriteTimeoutS)-1)
 		if wait := preferWait(r, capS); wait > 0 {
 			t := time.NewTimer(time.Duration(wait) * time.Second)
-			select {
-			case <-changed:
-				b = s.roles.body(s.core)
-			case <-t.C:
-			case <-r.Context().Done():
-			case <-s.roles.stopping():
+		waiting: // a new table with the same content (same ETag) waits on
+			for etagMatches(inm, b.etag) {
+				select {
+				case <-changed:
+					b, changed = s.roles.wait(s.core)
+				case <-t.C:
+					break waiting
+				case <-r.Context().Done():
+					break waiting
+				case <-s.roles.stopping():
+					break waiting
+				}
 			}
 			t.Stop()
 			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(wait))
