@@ -198,15 +198,8 @@ func (d *Discoverer) PodFor(engineID string) (PodRef, bool) {
 func (d *Discoverer) Resync() error {
 	d.serial.Lock()
 	defer d.serial.Unlock()
-	d.mu.Lock()
-	rows := make([]controller.Engine, 0, len(d.engines))
-	for _, e := range d.engines {
-		rows = append(rows, e.engine)
-	}
-	d.mu.Unlock()
-	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
 	var errs []error
-	for _, eng := range rows {
+	for _, eng := range d.Engines() {
 		if err := d.sink.UpsertEngine(d.keepSinkFields(eng)); err != nil {
 			d.sinkErrors.Inc()
 			errs = append(errs, fmt.Errorf("discover: resync %s: %w", eng.ID, err))

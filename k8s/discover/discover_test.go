@@ -94,19 +94,7 @@ func TestDiscoveryFollowsPods(t *testing.T) {
 		other,
 	)
 	sink := &tableSink{}
-	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	d, ctx := runDiscoverer(t, cs, sink)
 
 	want := []string{"e0:prefill:true", "e1:decode:true", "e2:decode:false"}
 	waitFor(t, "initial engines", func() bool { return d.HasSynced() && equal(sink.summary(), want) })
@@ -314,7 +302,8 @@ func TestPodRelabelledToATakenIDReleasesItsOld(t *testing.T) {
 }
 
 // runDiscoverer runs a discoverer of the app=engine pods in llm on cs
-// into sink until the test ends; ctx ends with it.
+// into sink until the test ends; ctx ends with it, and Run must then
+// return nil.
 func runDiscoverer(t *testing.T, cs *fake.Clientset, sink *tableSink) (*Discoverer, context.Context) {
 	t.Helper()
 	d, err := New(cs, Config{Namespace: "llm", Selector: "app=engine"}, sink, nil)
@@ -326,7 +315,9 @@ func runDiscoverer(t *testing.T, cs *fake.Clientset, sink *tableSink) (*Discover
 	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	})
 	return d, ctx
 }

@@ -200,14 +200,20 @@ func (r *midReplica) moveDecisions() []controller.Decision {
 	return out
 }
 
-func leadingMid(rs []*midReplica) []*midReplica {
+// soleLeader is the one replica of rs that leads, failing the test
+// unless exactly one does (when says at which point).
+func soleLeader(t *testing.T, rs []*midReplica, when string) *midReplica {
+	t.Helper()
 	var out []*midReplica
 	for _, r := range rs {
 		if r.k.IsLeader() {
 			out = append(out, r)
 		}
 	}
-	return out
+	if len(out) != 1 {
+		t.Fatalf("%d leaders %s", len(out), when)
+	}
+	return out[0]
 }
 
 // fakeEngines serves the engines' role-switch endpoints
@@ -519,11 +525,7 @@ func leaderDiesWhileDraining(t *testing.T, crash bool) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no switch call within 30 s")
 	}
-	ls := leadingMid(rs)
-	if len(ls) != 1 {
-		t.Fatalf("%d leaders at the switch call", len(ls))
-	}
-	first := ls[0]
+	first := soleLeader(t, rs, "at the switch call")
 	p, err := c.CoreV1().Pods(ns).Get(context.Background(), moving, metav1.GetOptions{})
 	if err != nil || !podmeta.Draining(p) || p.Labels[podmeta.LabelRole] != "prefill" {
 		t.Fatalf("at the switch call pod %s is %v %v, %v; want prefill and draining", moving, p.Labels, p.Annotations, err)
@@ -654,11 +656,7 @@ func TestLeaderDiesAfterRelabel(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no move done within 30 s")
 	}
-	ls := leadingMid(rs)
-	if len(ls) != 1 {
-		t.Fatalf("%d leaders after the relabel", len(ls))
-	}
-	first := ls[0]
+	first := soleLeader(t, rs, "after the relabel")
 	ds := first.moveDecisions()
 	if len(ds) != 1 || ds[0].Moves[0].EngineID != moved || ds[0].Moves[0].To != controller.RoleDecode {
 		t.Fatalf("first leader's moves %+v; want one decision moving %s to decode", ds, moved)
