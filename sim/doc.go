@@ -108,7 +108,10 @@
 // appears in varied combinations in both halves. GenerateDevSuite draws
 // the same 32 design points a third time (DevSeed, names eNNc-…, half
 // "dev"): scenarios to study a change on besides the tune half, reported
-// by neither half, so that the held half stays unseen.
+// by neither half, so that the held half stays unseen. GenerateDevDraw(k)
+// draws them again for k ≥ 1 (seed DevSeed+k, names xK-NN-…; draw 0 is
+// GenerateDevSuite): more paired scenarios for a change whose effect is
+// smaller than one scenario's luck.
 //
 //   - Request shapes are resampled (input, output pairs) from the real
 //     traces: Azure code and conv, Mooncake conversation and synthetic

@@ -554,3 +554,45 @@ func TestGenerateDevSuiteIsAThirdDrawOfTheGrid(t *testing.T) {
 		}
 	}
 }
+
+// Further dev draws: draw 0 is GenerateDevSuite; draws 1.. are the same
+// design points from other seeds, with names and seeds found in no other
+// draw nor in the suite, and different workloads.
+func TestGenerateDevDrawsAreFurtherDrawsOfTheGrid(t *testing.T) {
+	if !reflect.DeepEqual(GenerateDevDraw(0), GenerateDevSuite()) {
+		t.Fatal("GenerateDevDraw(0) is not GenerateDevSuite")
+	}
+	suite := GenerateSuite()
+	seeds, names := map[uint64]string{}, map[string]bool{}
+	for _, sc := range suite {
+		seeds[sc.Seed], names[sc.Name] = sc.Name, true
+	}
+	draws := make([][]Scenario, 4)
+	for k := range draws {
+		draws[k] = GenerateDevDraw(uint(k))
+		if !reflect.DeepEqual(draws[k], GenerateDevDraw(uint(k))) {
+			t.Fatalf("GenerateDevDraw(%d) differs between calls", k)
+		}
+		if len(draws[k]) != SuiteDesigns {
+			t.Fatalf("draw %d: %d scenarios, want %d", k, len(draws[k]), SuiteDesigns)
+		}
+		for i, sc := range draws[k] {
+			if other, ok := seeds[sc.Seed]; ok || names[sc.Name] {
+				t.Fatalf("draw %d scenario %d (%s, seed %d): seed of %q or name already used", k, i, sc.Name, sc.Seed, other)
+			}
+			seeds[sc.Seed], names[sc.Name] = sc.Name, true
+			tune := suite[2*i]
+			if sc.Half != "dev" || sc.Kind != tune.Kind || sc.Engines != tune.Engines || sc.Profile != tune.Profile || sc.SwitchS != tune.SwitchS {
+				t.Fatalf("draw %d scenario %d (%s, half %q) is not design point %d (%s) of the dev half", k, i, sc.Name, sc.Half, i, tune.Name)
+			}
+			if k > 0 {
+				if want := fmt.Sprintf("x%d-%02d-%s-%dx%s-sw%.0f", k, i, sc.Kind, sc.Engines, sc.Profile, sc.SwitchS); sc.Name != want {
+					t.Fatalf("draw %d scenario %d named %q, want %q", k, i, sc.Name, want)
+				}
+				if prev := draws[k-1][i]; sc.EngineSlowdown == prev.EngineSlowdown || sc.TargetAttainment == prev.TargetAttainment || reflect.DeepEqual(sc.Regimes, prev.Regimes) {
+					t.Fatalf("draw %d scenario %s draws the slowdown, target or regimes of %s", k, sc.Name, prev.Name)
+				}
+			}
+		}
+	}
+}

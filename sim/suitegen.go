@@ -198,7 +198,8 @@ func GenerateSuite() []Scenario {
 	return out
 }
 
-// DevSeed draws the development set (GenerateDevSuite).
+// DevSeed draws the development set (GenerateDevSuite; GenerateDevDraw
+// offsets it by the draw).
 const DevSeed = 21
 
 // GenerateDevSuite returns a third draw of the same SuiteDesigns design
@@ -208,10 +209,24 @@ const DevSeed = 21
 // and replays) than the tune half alone, so that the held half stays
 // unseen. The tune half's stationary scenarios, for one, all open at
 // their static-best split; the dev draw's need not.
-func GenerateDevSuite() []Scenario {
+func GenerateDevSuite() []Scenario { return GenerateDevDraw(0) }
+
+// GenerateDevDraw returns draw k of the development set: the same
+// SuiteDesigns design points from seed (DevSeed+k)·1,000,003 + 2i, Half
+// "dev". Draw 0 is GenerateDevSuite (names eNNc-…); draw k ≥ 1 is named
+// xK-NN-… (x1-05-shift-…). One dev draw is 32 scenarios, and a change
+// that moves single scenarios by ±8–15 points (one trajectory's luck: a
+// move made or not before a flash crowd) needs more of them than one
+// draw to tell its effect from that luck; more draws give more paired
+// scenarios without looking at the held half.
+func GenerateDevDraw(k uint) []Scenario {
+	prefix := "e%02dc"
+	if k > 0 {
+		prefix = fmt.Sprintf("x%d-%%02d", k)
+	}
 	out := make([]Scenario, 0, SuiteDesigns)
 	for i := 0; i < SuiteDesigns; i++ {
-		out = append(out, designScenario(i, uint64(DevSeed)*1_000_003+uint64(i)*2, "dev", "e%02dc"))
+		out = append(out, designScenario(i, (DevSeed+uint64(k))*1_000_003+uint64(i)*2, "dev", prefix))
 	}
 	return out
 }

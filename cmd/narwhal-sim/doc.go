@@ -2,9 +2,10 @@
 // disaggregated cluster under a role policy (narwhal, static:P,
 // static-best, threshold) and reports SLO attainment. See package sim.
 //
-// `narwhal-sim suite [--json] [--half tune|held|all|dev] [--quick]` runs
-// the scenario suite (package sim, "Scenario suite"; dev: the development
-// draw, part of neither half): per policy, the
+// `narwhal-sim suite [--json] [--half tune|held|all|dev] [--dev-draw K]
+// [--quick]` runs the scenario suite (package sim, "Scenario suite"; dev:
+// the development draw, part of neither half; --dev-draw K ≥ 1 another
+// draw of it, xK-NN-…): per policy, the
 // distribution of narwhal − static-best and narwhal − threshold over
 // generated one-hour workloads; --variant NAME=CORE_CONFIG.json adds a
 // narwhal configuration, --baselines FILE caches the calibration and

@@ -266,6 +266,30 @@ func TestCLISuiteRejectsBadFlags(t *testing.T) {
 	}
 }
 
+// --dev-draw: a negative draw is refused, and so is a draw other than 0
+// without --half dev, each before any scenario runs and with the flag named;
+// draw K ≥ 1 selects the xK-NN-… scenarios, not the eNNc-… ones.
+func TestCLISuiteDevDraw(t *testing.T) {
+	dir := writeSuiteSources(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"suite", "--half", "dev", "--dev-draw", "-1", "--traces", dir}, "suite: --dev-draw -1: want a draw ≥ 0"},
+		{[]string{"suite", "--dev-draw", "-3", "--traces", dir}, "suite: --dev-draw -3: want a draw ≥ 0"},
+		{[]string{"suite", "--half", "tune", "--dev-draw", "2", "--traces", dir}, "suite: --dev-draw 2: only with --half dev"},
+		{[]string{"suite", "--dev-draw", "1", "--traces", dir}, "suite: --dev-draw 1: only with --half dev"},
+		{[]string{"suite", "--half", "dev", "--dev-draw", "1", "--match", "^e", "--traces", dir}, "suite: no scenario selected"},
+		{[]string{"suite", "--half", "dev", "--dev-draw", "2", "--match", "^x1-", "--traces", dir}, "suite: no scenario selected"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), c.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), c.want) || out.Len() != 0 {
+			t.Fatalf("args %q: error %v, stdout %q; want an error containing %q", c.args, err, out.String(), c.want)
+		}
+	}
+}
+
 // A core configuration with a field it does not have is refused, naming
 // the field, by --core-config and --variant alike; the nested form sets
 // the value. (Before, a controller setting at the top level was ignored,

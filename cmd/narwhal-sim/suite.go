@@ -26,6 +26,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	traces := fs.String("traces", "", "directory with the source traces (default: the first shared/traces above the working directory)")
 	asJSON := fs.Bool("json", false, "print one JSON object (scenarios, baselines, outcomes, summary) instead of the table")
 	half := fs.String("half", "all", "scenarios to run: tune | held | all (both) | dev (the development draw, sim.GenerateDevSuite, part of neither half)")
+	devDraw := fs.Int("dev-draw", 0, "with --half dev, which draw of the development set: 0 is sim.GenerateDevSuite (eNNc-…), K ≥ 1 sim.GenerateDevDraw(K) (xK-NN-…)")
 	quick := fs.Bool("quick", false, "run the two 10-minute quick scenarios instead of the suite")
 	match := fs.String("match", "", "run only scenarios whose name matches this regular expression")
 	parallel := fs.Int("parallel", 1, "scenarios simulated at once")
@@ -50,6 +51,12 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *half != "all" && *half != "tune" && *half != "held" && *half != "dev" {
 		return fmt.Errorf("suite: --half %q: want tune, held, all or dev", *half)
+	}
+	if *devDraw < 0 {
+		return fmt.Errorf("suite: --dev-draw %d: want a draw ≥ 0 (0 is the development draw, eNNc-…)", *devDraw)
+	}
+	if *devDraw != 0 && *half != "dev" {
+		return fmt.Errorf("suite: --dev-draw %d: only with --half dev", *devDraw)
 	}
 	if *parallel < 1 || *parallel > 64 {
 		return fmt.Errorf("suite: --parallel %d: want 1..64", *parallel)
@@ -85,7 +92,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	all := sim.GenerateSuite()
 	if *half == "dev" {
-		all = sim.GenerateDevSuite()
+		all = sim.GenerateDevDraw(uint(*devDraw))
 	}
 	if *quick {
 		all = sim.QuickSuite()
