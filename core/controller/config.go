@@ -18,7 +18,9 @@ type Config struct {
 	MinDecodeEngines  int `json:"min_decode_engines" yaml:"min_decode_engines"`
 	// CooldownS: seconds since the last move anywhere before the next.
 	CooldownS float64 `json:"cooldown_s" yaml:"cooldown_s"`
-	// DwellS: seconds since an engine's own last move before it moves again.
+	// DwellS: seconds since an engine's own last move before it moves
+	// again. The default, 120, outlasts a 60-s switch plus the short
+	// horizon that must measure the move before it is judged.
 	DwellS float64 `json:"dwell_s" yaml:"dwell_s"`
 	// ConfirmSteps: consecutive steps a move must be chosen before it is made.
 	ConfirmSteps int `json:"confirm_steps" yaml:"confirm_steps"`
@@ -109,7 +111,7 @@ func DefaultConfig() Config {
 		MinPrefillEngines:    1,
 		MinDecodeEngines:     1,
 		CooldownS:            10,
-		DwellS:               60,
+		DwellS:               120,
 		ConfirmSteps:         3,
 		ReversalConfirmSteps: 5,
 		TargetPressure:       0.8,

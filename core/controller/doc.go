@@ -148,6 +148,18 @@
 // without it the tune half gains 0.18 pt and the held half loses 0.21,
 // with a fifth fewer quick reversals on both.
 //
+// Out of sample (session 20): each kept rule turned off, on tune plus
+// four dev draws made after every rule was chosen (192 scenarios; rule
+// off − main, mean ± SE): move memory −0.39 ± 0.22 (x2-04 −27.9), the
+// measured-TTFT correction −0.19 ± 0.15 (--even-start tune −0.90),
+// kv_correction above 1 −0.08 ± 0.05 (22 scenarios worse, 5 better),
+// the prefill-work bound −0.24 ± 0.26 (x3-11, a one-engine cliff,
+// −47.6), the TTFT-tail source limit −0.09 ± 0.08, overflow pricing
+// bounded by measurements −0.76 ± 0.46, the in-flight rescale −0.01 ±
+// 0.03. dwell_s 120 (60 before): +0.14 ± 0.08, no run worse, 90 and 180
+// also ahead; at 60 an engine could move back before the short horizon
+// had measured its move after a 60-s switch (HISTORY.md, session 20).
+//
 // The prefill engines' measured work bounds a move toward decode on
 // overflow-priced demand (source_pressure): W, the mean busy share of
 // the serving prefill engines (LatencyInterval.BusyS over the interval,
