@@ -87,6 +87,12 @@ func TestPerRequestCallsDoNotAllocate(t *testing.T) {
 		c.OfferStarted(now)
 		_ = c.OfferAbandoned(now)
 		_ = c.Refused(now)
+		if err := c.RefusedSized(now+1e8, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RefusedSized(now, now+1); !errors.Is(err, ErrInvalidInput) {
+			t.Fatal(err)
+		}
 		_ = c.Failed(now+5e8, now, 0)
 		_ = c.Expired(now+5e8, now, now+1e8)
 		if err := c.Completed(now+3e9, now, now+1e8, 128, 100); !errors.Is(err, ErrAheadOfClock) {
