@@ -223,13 +223,15 @@ func (s *failingSink) Close() error { return nil }
 // completed by MoveDone): handed over later it drained an engine serving
 // in another role, or one the table no longer held, and the held list
 // grew with engine churn while the disk stayed full (found by
-// fuzz.FuzzCoreAPISequence).
+// fuzz.FuzzCoreAPISequence). Registered in place in another role, the
+// engine serves in that role at once (found by the same fuzzer in CI:
+// the move from its old role was handed over after the disk recovered).
 func TestHeldMoveDroppedWhenItsEngineStopsMoving(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		after func(c *Controller, id string)
+		after func(t *testing.T, c *Controller, id string)
 	}{
-		{"removed and registered again", func(c *Controller, id string) {
+		{"removed and registered again", func(t *testing.T, c *Controller, id string) {
 			if err := c.RemoveEngine(id); err != nil {
 				t.Fatal(err)
 			}
@@ -237,12 +239,25 @@ func TestHeldMoveDroppedWhenItsEngineStopsMoving(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"removed", func(c *Controller, id string) {
+		{"removed", func(t *testing.T, c *Controller, id string) {
 			if err := c.RemoveEngine(id); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"move done", func(c *Controller, id string) { c.MoveDone(id, t0+sec/2, errors.New("undone")) }},
+		{"move done", func(_ *testing.T, c *Controller, id string) { c.MoveDone(id, t0+sec/2, errors.New("undone")) }},
+		{"registered in place in another role", func(t *testing.T, c *Controller, id string) {
+			// The held move takes the engine decode -> prefill; the
+			// caller now says it is prefill (the move's target, as in the
+			// fuzz input) and not live.
+			if err := c.UpsertEngine(Engine{ID: id, Model: "facebook/opt-13b", GPU: "A100-80GB", Role: RolePrefill, KVCapacityTokens: 66144}); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range c.Engines() {
+				if e.ID == id && (e.Role != RolePrefill || e.State != StateServing || e.TargetRole != RoleNone) {
+					t.Fatalf("after the upsert: %+v; want it serving as prefill, no target", e)
+				}
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			act, sink := &recordingActuator{}, &failingSink{full: true}
@@ -252,7 +267,7 @@ func TestHeldMoveDroppedWhenItsEngineStopsMoving(t *testing.T) {
 				t.Fatalf("setup: want one held move; got %s %q, actuator %+v", d.Action, d.Blocked, act.moves)
 			}
 			stale := d.Moves[0]
-			tc.after(c, stale.EngineID)
+			tc.after(t, c, stale.EngineID)
 			sink.full = false
 			c.Step(t0+sec, d2pInputs())
 			for _, m := range act.moves {
@@ -261,5 +276,22 @@ func TestHeldMoveDroppedWhenItsEngineStopsMoving(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The control: registered in place in the role it holds, the engine
+	// keeps its held move, handed over once the record is written.
+	act, sink := &recordingActuator{}, &failingSink{full: true}
+	c := newTestController(t, testConfig(), 4, 4, WithActuator(act), WithSink(sink), WithLogger(slog.New(slog.DiscardHandler)))
+	d := c.Step(t0, d2pInputs())
+	if len(d.Moves) != 1 {
+		t.Fatalf("setup: want one held move; got %s %q", d.Action, d.Blocked)
+	}
+	m := d.Moves[0]
+	if err := c.UpsertEngine(Engine{ID: m.EngineID, Model: "facebook/opt-13b", GPU: "A100-80GB", Role: m.From, Live: true, KVCapacityTokens: 66144}); err != nil {
+		t.Fatal(err)
+	}
+	sink.full = false
+	c.Step(t0+sec, d2pInputs())
+	if len(act.moves) == 0 || act.moves[0] != m {
+		t.Fatalf("after the write succeeded the actuator got %+v; want the held move %+v first", act.moves, m)
 	}
 }

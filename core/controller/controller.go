@@ -238,7 +238,10 @@ func validResident(r Resident) bool {
 // UpsertEngine adds an engine or replaces its row. An engine added with
 // RoleNone gets the role saved for it in restored state, else the role
 // with fewer engines (prefill on a tie). A known engine keeps its
-// controller-side move state (state, target role) unless e carries one.
+// controller-side move state (state, target role) unless e carries one,
+// except that a known engine registered in another role while its move is
+// held (Step: its journal record not yet written) loses that move and
+// serves in the role e names.
 func (c *Controller) UpsertEngine(e Engine) error {
 	if err := validEngine(e); err != nil {
 		return err
@@ -302,8 +305,20 @@ func (c *Controller) upsertLocked(e Engine) {
 		if e.Role == RoleNone {
 			e.Role = old.Role
 		}
-		if e.State == StateServing && old.State != StateServing {
-			e.State, e.TargetRole = old.State, old.TargetRole
+		oldState, oldTarget := old.State, old.TargetRole
+		if e.Role != old.Role && oldState != StateServing && c.dropHeld(e.ID) {
+			// The engine is registered in another role while its move
+			// waits for its journal record: the caller's role stands and
+			// the move, never handed to the actuator, is void (handing it
+			// over later would start a move from a role the engine no
+			// longer holds).
+			c.log.Warn("held move dropped: the engine was registered in another role",
+				"engine", e.ID, "role", e.Role.String(), "was", old.Role.String())
+			delete(c.moveStart, e.ID)
+			oldState, oldTarget = StateServing, RoleNone
+		}
+		if e.State == StateServing && oldState != StateServing {
+			e.State, e.TargetRole = oldState, oldTarget
 		}
 		e.LastMoveNs = max(e.LastMoveNs, old.LastMoveNs)
 		c.engines[i], c.profIdx[i], c.modelKey[i] = e, pi, c.modelKeyOf(&e, pi)
@@ -845,6 +860,14 @@ func (c *Controller) Step(nowNs int64, in Inputs) Decision {
 		}
 	}
 	return d
+}
+
+// dropHeld removes the held move of engine id, reporting whether there
+// was one. Caller holds mu.
+func (c *Controller) dropHeld(id string) bool {
+	n := len(c.held)
+	c.held = slices.DeleteFunc(c.held, func(m Move) bool { return m.EngineID == id })
+	return len(c.held) < n
 }
 
 // inFlight reports whether m is still its engine's move: the engine is
