@@ -23,6 +23,7 @@ func (c *Controller) clampFuture(nowNs int64) int {
 		}
 	}
 	clamp(&c.lastMoveNs)
+	clamp(&c.starveSince) // the starvation rule counts again from now
 	for i := range c.engines {
 		clamp(&c.engines[i].LastMoveNs)
 	}

@@ -97,6 +97,12 @@ type Config struct {
 	// the rollout assumes until completed moves measure it (then the
 	// measured mean of the recent moves stands).
 	SwitchS float64 `json:"switch_s" yaml:"switch_s"`
+	// StarvationS: a phase measured past its SLO this many seconds on end
+	// (counted from when the pools settled after the last move), while
+	// the other phase measures within source_limit even one engine
+	// smaller, gets one engine where the model holds: the starvation
+	// rule in the package documentation. 0 turns it off.
+	StarvationS float64 `json:"starvation_s" yaml:"starvation_s"`
 }
 
 // Scoring values (Config.Scoring).
@@ -132,6 +138,7 @@ func DefaultConfig() Config {
 		Scoring:              ScoringRollout,
 		MissMargin:           0.03,
 		SwitchS:              30,
+		StarvationS:          120,
 	}
 }
 
@@ -192,6 +199,8 @@ func (c Config) Validate() error {
 		return bad("miss_margin", c.MissMargin, "in [0, 1)")
 	case !finite(c.SwitchS) || c.SwitchS < 0 || c.SwitchS > 3600:
 		return bad("switch_s", c.SwitchS, "in [0, 3600]")
+	case !finite(c.StarvationS) || c.StarvationS < 0 || c.StarvationS > 86400:
+		return bad("starvation_s", c.StarvationS, "in [0, 86400]")
 	}
 	return nil
 }

@@ -75,6 +75,8 @@ type Controller struct {
 	seq          uint64
 	lastMoveNs   int64
 	lastMoveDir  int
+	starveDir    int
+	starveSince  int64
 	confirmDir   int
 	confirmCount int
 	confirmSeq   uint64
@@ -966,6 +968,13 @@ func (c *Controller) decide(nowNs int64) Decision {
 			dir = -1
 		}
 	}
+	// The starvation rule: a phase measured short for starvation_s while
+	// the other measures spare gets one engine where the model holds.
+	starved := c.starvation(nowNs, s, cur, kvSoon)
+	override := false
+	if dir == 0 && starved != 0 {
+		dir, override = starved, true
+	}
 	if dir == 0 {
 		c.confirmDir, c.confirmCount = 0, 0
 		return d
@@ -1022,7 +1031,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 		c.confirmDir, c.confirmCount = 0, 0
 		return d
 	}
-	if !confirmed {
+	if !confirmed || override {
 		k = 1
 	}
 	from, to := RoleDecode, RolePrefill
@@ -1154,6 +1163,11 @@ func (c *Controller) decide(nowNs int64) Decision {
 			srcDetail += ", bounded by the prefill engines' measured work"
 		}
 	}
+	if override {
+		// The source measures within source_limit one engine smaller
+		// (starvation): the prediction does not hold the move.
+		allowed, srcDetail = 1, srcDetail+"; passed on measurements: the destination starving for starvation_s, the source within source_limit one engine smaller"
+	}
 	pass = narrow(allowed)
 	gate(GateSourcePressure, pass, srcValue(s.Split(dir*k)), srcLimit, srcDetail)
 	var ev *DemandEvidence
@@ -1174,14 +1188,26 @@ func (c *Controller) decide(nowNs int64) Decision {
 		kvOK := func(sc SplitScore) bool {
 			return sc.KVCapacityTokens == 0 || kvNeed(sc) <= c.cfg.KVHeadroom*sc.KVCapacityTokens
 		}
+		kvDetail := "decode KV tokens (with the released prefill backlog) vs headroom × capacity after the move"
+		if override && cur.KVCapacityTokens > 0 && cur.KVNeedTokens > c.cfg.KVHeadroom*cur.KVCapacityTokens {
+			// The model's KV need is past headroom at the current split,
+			// where decode measures spare (starvation): contradicted by
+			// the measurement, it does not price the next split either;
+			// the resident KV does.
+			kvNeed = func(SplitScore) float64 { return s.ResidentDecodeKV }
+			kvOK = func(sc SplitScore) bool {
+				return sc.KVCapacityTokens == 0 || s.ResidentDecodeKV <= c.cfg.KVHeadroom*sc.KVCapacityTokens
+			}
+			kvDetail = "resident decode KV tokens vs headroom × capacity after the move (starvation: the model's need is past headroom at the current split, where decode measures spare)"
+		}
 		pass = narrow(largest(kvOK))
 		prop := s.Split(k)
-		gate(GateKVLimit, pass, kvNeed(prop), c.cfg.KVHeadroom*prop.KVCapacityTokens, "decode KV tokens (with the released prefill backlog) vs headroom × capacity after the move")
+		gate(GateKVLimit, pass, kvNeed(prop), c.cfg.KVHeadroom*prop.KVCapacityTokens, kvDetail)
 		ev = c.evidence(nowNs)
 		if ev.Closed {
 			pass = narrow(s.DecodeEngines - ev.EnvelopeDecodeEngines)
 		} else {
-			pass = s.prefillBehind
+			pass = s.prefillBehind || override
 			k = 1
 		}
 		gate(GateDemandEvidence, pass, float64(ev.Arrivals), float64(ev.RequiredArrivals), "consolidation evidence closed and envelope kept")
@@ -1222,7 +1248,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	if dir == -c.lastMoveDir {
 		needConfirm, confirmDetail = max(needConfirm, c.cfg.ReversalConfirmSteps), "consecutive steps choosing this move (it reverses the last move)"
 	}
-	gate(GateConfirmation, c.confirmCount >= needConfirm, float64(c.confirmCount), float64(needConfirm), confirmDetail)
+	gate(GateConfirmation, override || c.confirmCount >= needConfirm, float64(c.confirmCount), float64(needConfirm), confirmDetail)
 	d.Gates = gates
 	for _, g := range gates {
 		if !g.Pass {
@@ -1265,8 +1291,60 @@ func (c *Controller) decide(nowNs int64) Decision {
 		d.Reason += fmt.Sprintf(" and %d more", k-1)
 	}
 	d.Reason += " from " + from.String() + " to " + to.String()
+	if override {
+		d.Reason += fmt.Sprintf(" (starvation: %s measured past its SLO for %.0f s, %s spare)", to, float64(nowNs-c.starveSince)/1e9, from)
+	}
 	c.publish()
 	return d
+}
+
+// starvation tracks a phase measured past its SLO while the other phase
+// measures spare: within source_limit even one engine smaller (decode
+// also with its resident KV within target_pressure of that smaller
+// capacity and not projected to run out; prefill with no TTFT tail and
+// its measured work within target_pressure of one engine fewer). Prefill
+// is short on a queue past the TTFT SLO (its minimum over the short
+// window) or a mean TTFT past the SLO with a tail more engines can
+// remove; decode on a mean TPOT past the SLO. It returns the direction
+// toward the starving phase (+1 prefill, −1 decode) once that has held
+// starvation_s on end, counted from when the pools settled after the
+// last move (its switch time plus the short horizon), else 0. Caller
+// holds mu.
+func (c *Controller) starvation(nowNs int64, s *Snapshot, cur SplitScore, kvSoon bool) int {
+	cfg := c.cfg
+	if cfg.StarvationS <= 0 {
+		return 0
+	}
+	dir := 0
+	nP, nD := s.PrefillEngines, s.DecodeEngines
+	if s.InTransition == 0 && nP > 0 && nD > 0 {
+		pShort := s.queueShort > 1 || (s.ObservedPrefill.past(1, cfg) && s.prefillTail(cfg))
+		dShort := s.ObservedDecode.past(1, cfg)
+		dSpare := nD >= 2 && s.ObservedDecode.Count >= cfg.MinObservations && !kvSoon &&
+			scaleObserved(s.ObservedDecode.Mean, nD, nD-1) <= cfg.SourceLimit &&
+			(cur.KVCapacityTokens <= 0 || s.ResidentDecodeKV <= cfg.TargetPressure*cur.KVCapacityTokens*float64(nD-1)/float64(nD))
+		pSpare := nP >= 2 && s.ObservedPrefill.Count >= cfg.MinObservations && !s.prefillTail(cfg) &&
+			scaleObserved(s.measuredPrefill(), nP, nP-1) <= cfg.SourceLimit &&
+			(math.IsNaN(s.prefillWork) || s.prefillWork <= cfg.TargetPressure*float64(nP-1))
+		switch {
+		case pShort && dSpare:
+			dir = 1
+		case dShort && pSpare:
+			dir = -1
+		}
+	}
+	settled := c.lastMoveNs == 0 || float64(nowNs-c.lastMoveNs)/1e9 > float64(c.tm.ShortNs)/1e9+c.switchS()
+	if dir == 0 || !settled {
+		c.starveDir, c.starveSince = 0, 0
+		return 0
+	}
+	if dir != c.starveDir {
+		c.starveDir, c.starveSince = dir, nowNs
+	}
+	if float64(nowNs-c.starveSince)/1e9 >= cfg.StarvationS {
+		return dir
+	}
+	return 0
 }
 
 // riskCutoff is the evidence cutoff: the latest risk event within the max

@@ -123,6 +123,18 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("kv_lead_s 0 (off) must be accepted; got %v", err)
 	}
+	for _, v := range []float64{-1, math.NaN(), math.Inf(1), 86401} {
+		c = DefaultConfig()
+		c.StarvationS = v
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "controller.starvation_s must be in [0, 86400]") {
+			t.Fatalf("starvation_s %v must be refused; got %v", v, err)
+		}
+	}
+	c = DefaultConfig()
+	c.StarvationS = 0
+	if err := c.Validate(); err != nil {
+		t.Fatalf("starvation_s 0 (off) must be accepted; got %v", err)
+	}
 }
 
 func TestRoleTableReadAllocs(t *testing.T) {
