@@ -328,33 +328,34 @@
 // a queue past the TTFT SLO (its minimum over the short window) or a mean
 // TTFT past the SLO with a tail more engines can remove (prefillTail);
 // decode on a mean TPOT past its SLO. Decode is spare when its TPOT,
-// carried to one engine fewer by the engine count, is within
-// source_limit, its resident KV within target_pressure of that smaller
-// capacity and not projected to run out; prefill when its measured
-// pressure so carried is within source_limit, it has no TTFT tail, and
-// its measured work fits target_pressure of one engine fewer. No engine
-// may be in transition. The move skips the confirmation gate (the window
-// is its confirmation) and passes source_pressure on those measurements;
-// kv_limit still judges it, on the model's KV need unless that need is
-// past kv_headroom at the current split (decode measures spare there, so
-// the prediction is contradicted), then on the resident KV. Move memory,
-// role_floors, live_availability, cooldown, dwell and coverage hold it
-// as any move; its reason names the rule. Why: on two fresh draws the
-// model held for 40–50 minutes while one phase drowned and the other
-// idled: x1-05 (32 × Llama-2-70B, 28:4) at 1.0–1.9× the TTFT SLO with
-// 1,330 s queued, every split predicted to drown within the rollout's
-// horizon so one more engine saved less than miss_margin; x2-14 (32 ×
-// OPT-66B, 21:11) at 50× the TTFT SLO with decode at 0.31, the overflow-
-// priced decode KV need at 2·10^10 tokens against 2.3 M of capacity.
-// Without the KV condition the rule lost x4-04 −14.9 (a decode engine
-// moved on 0.46 of its SLO; the released backlog then filled decode's
-// KV, as the model's surge predicted). Measured (prior + calibrate, rule − without, mean vs
-// static-best): tune and dev draws 0–4, where it was chosen, +0.53 ±
-// 0.40 over 192 scenarios (5 better, 1 worse by 0.3 pt: d02a −1.6;
-// 60 s +0.59, 240 s +0.33); dev draws 5–14, drawn after it, +0.26 ±
-// 0.15 over 320 (x10-04 +32.9, x13-05 +30.7, x10-14 +8.5, x6-04 +7.0,
-// x6-29 +2.8, x5-20 +1.7; x14-27 −1.5); the held half and the five rows
-// at seeds 1–4 unchanged (HISTORY.md, session 21).
+// carried to one engine fewer by the engine count, is within source_limit,
+// its resident KV within target_pressure of that smaller capacity and not
+// projected to run out; prefill when its measured pressure so carried is
+// within source_limit, it has no TTFT tail, and its measured work fits
+// target_pressure of one engine fewer. No engine may be in transition. The
+// move skips the confirmation gate (the window is its confirmation),
+// passes source_pressure on those measurements and demand_evidence while
+// the evidence is still open (a closed envelope still binds); kv_limit
+// judges it on the model's KV need unless that need is past kv_headroom at
+// the current split (decode measures spare there, so the prediction is
+// contradicted), then on the resident KV. Move memory, role_floors,
+// live_availability, cooldown, dwell and coverage hold it as any move; its
+// reason names the rule. Why: on two fresh draws the model held for 40–50
+// minutes while one phase drowned and the other idled: x1-05 (32 ×
+// Llama-2-70B, 28:4) at 1.0–1.9× the TTFT SLO with 1,330 s queued, every
+// split predicted to drown within the rollout's horizon so one more engine
+// saved less than miss_margin; x2-14 (32 × OPT-66B, 21:11) at 50× the TTFT
+// SLO with decode at 0.31, the overflow- priced decode KV need at 2·10^10
+// tokens against 2.3 M of capacity. Without the KV condition the rule lost
+// x4-04 −14.9 (a decode engine moved on 0.46 of its SLO; the released
+// backlog then filled decode's KV, as the model's surge predicted).
+// Measured (prior + calibrate, rule − without, mean vs static-best): tune
+// and dev draws 0–4, where it was chosen, +0.53 ± 0.40 over 192 scenarios
+// (5 better, 1 worse by 0.3 pt: d02a −1.6; 60 s +0.59, 240 s +0.33); dev
+// draws 5–14, drawn after it, +0.26 ± 0.15 over 320 (x10-04 +32.9, x13-05
+// +30.7, x10-14 +8.5, x6-04 +7.0, x6-29 +2.8, x5-20 +1.7; x14-27 −1.5);
+// the held half and the five rows at seeds 1–4 unchanged (HISTORY.md,
+// session 21).
 //
 // # Consolidation evidence
 //
