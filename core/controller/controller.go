@@ -1120,7 +1120,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// pools before that move landed (d02a: decode at 1.05 of its SLO
 	// measured while three engines landed, one more moved, and prefill
 	// went from 0.34 to 5× its SLO).
-	settled := c.lastMoveNs == 0 || float64(nowNs-c.lastMoveNs)/1e9 > float64(c.tm.ShortNs)/1e9+c.switchS()
+	settled := c.settled(nowNs)
 	if s.overflowPriced() && measuredDeficit && settled {
 		toPrefill := dir > 0
 		srcWithin, dstWithin := s.measuredWithin(!toPrefill, srcLimit, cur, kvSoon, c.cfg), s.measuredWithin(toPrefill, 1, cur, kvSoon, c.cfg)
@@ -1298,6 +1298,13 @@ func (c *Controller) decide(nowNs int64) Decision {
 	return d
 }
 
+// settled: no move yet, or the last one's switch time plus the short
+// horizon have passed (the short window measures the pools after it).
+// Caller holds mu.
+func (c *Controller) settled(nowNs int64) bool {
+	return c.lastMoveNs == 0 || float64(nowNs-c.lastMoveNs)/1e9 > float64(c.tm.ShortNs)/1e9+c.switchS()
+}
+
 // starvation tracks a phase measured past its SLO while the other phase
 // measures spare: within source_limit even one engine smaller (decode
 // also with its resident KV within target_pressure of that smaller
@@ -1333,7 +1340,7 @@ func (c *Controller) starvation(nowNs int64, s *Snapshot, cur SplitScore, kvSoon
 			dir = -1
 		}
 	}
-	settled := c.lastMoveNs == 0 || float64(nowNs-c.lastMoveNs)/1e9 > float64(c.tm.ShortNs)/1e9+c.switchS()
+	settled := c.settled(nowNs)
 	if dir == 0 || !settled {
 		c.starveDir, c.starveSince = 0, 0
 		return 0
