@@ -111,29 +111,29 @@ func TestConfigValidate(t *testing.T) {
 			t.Fatalf("prediction_arrivals %v must be refused; got %v", v, err)
 		}
 	}
-	for _, v := range []float64{-1, math.NaN(), 3601} {
-		c = DefaultConfig()
-		c.KVLeadS = v
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "controller.kv_lead_s must be in [0, 3600]") {
-			t.Fatalf("kv_lead_s %v must be refused; got %v", v, err)
+	// Settings 0 turns off: out-of-range values are refused with the
+	// field and its range named, 0 is accepted.
+	for _, f := range []struct {
+		name string
+		set  func(*Config, float64)
+		bad  []float64
+		msg  string
+	}{
+		{"kv_lead_s", func(c *Config, v float64) { c.KVLeadS = v }, []float64{-1, math.NaN(), 3601}, "controller.kv_lead_s must be in [0, 3600]"},
+		{"starvation_s", func(c *Config, v float64) { c.StarvationS = v }, []float64{-1, math.NaN(), math.Inf(1), 86401}, "controller.starvation_s must be in [0, 86400]"},
+	} {
+		for _, v := range f.bad {
+			c = DefaultConfig()
+			f.set(&c, v)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), f.msg) {
+				t.Fatalf("%s %v must be refused; got %v", f.name, v, err)
+			}
 		}
-	}
-	c = DefaultConfig()
-	c.KVLeadS = 0
-	if err := c.Validate(); err != nil {
-		t.Fatalf("kv_lead_s 0 (off) must be accepted; got %v", err)
-	}
-	for _, v := range []float64{-1, math.NaN(), math.Inf(1), 86401} {
 		c = DefaultConfig()
-		c.StarvationS = v
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "controller.starvation_s must be in [0, 86400]") {
-			t.Fatalf("starvation_s %v must be refused; got %v", v, err)
+		f.set(&c, 0)
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%s 0 (off) must be accepted; got %v", f.name, err)
 		}
-	}
-	c = DefaultConfig()
-	c.StarvationS = 0
-	if err := c.Validate(); err != nil {
-		t.Fatalf("starvation_s 0 (off) must be accepted; got %v", err)
 	}
 }
 
