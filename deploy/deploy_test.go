@@ -308,6 +308,77 @@ func TestChartEmbedsRulesAndDashboard(t *testing.T) {
 	}
 }
 
+// TestChartNotes: what helm prints after install names the core's
+// address (its scheme with TLS), the token Secret (the chart's or the
+// operator's), the role label of the preset, where engines are watched and
+// the agent's DaemonSet, and warns while TLS is off. helm template does not
+// render NOTES.txt, so a copy of the chart renders it through tpl into a
+// ConfigMap, with the same values and release.
+func TestChartNotes(t *testing.T) {
+	h := helm(t)
+	dir := filepath.Join(t.TempDir(), "narwhal")
+	if err := os.CopyFS(dir, os.DirFS("../charts/narwhal")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "templates", "NOTES.txt"), filepath.Join(dir, "notes-under-test.txt")); err != nil {
+		t.Fatal(err)
+	}
+	wrap := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: |\n{{ tpl (.Files.Get \"notes-under-test.txt\") . | indent 4 }}\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "zz-notes.yaml"), []byte(wrap), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notes := func(set string) string {
+		args := []string{"template", "narwhal", dir, "-n", "llm", "--show-only", "templates/zz-notes.yaml"}
+		if set != "" {
+			args = append(args, "--set", set)
+		}
+		var cm struct {
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal(render(t, h, args...), &cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data["notes"]
+	}
+	for _, c := range []struct {
+		name, set string
+		want, not []string
+	}{
+		{name: "defaults", want: []string{
+			"POST http://narwhal-core.llm.svc:8080/v1/events",
+			"Secret narwhal-token",
+			"label narwhal.io/role=prefill|decode",
+			"pods in namespace llm",
+			"rollout status daemonset/narwhal-agent",
+			"get secret narwhal-token -o jsonpath='{.data.token}'",
+			"WARNING: TLS is off",
+		}},
+		{name: "tls, own secret, llm-d, no agent",
+			set: "tls.existingSecret=core-tls,auth.existingSecret=my-tokens,roles.preset=llm-d,agent.enabled=false,engines.allNamespaces=true,core.listenPort=9000",
+			want: []string{
+				"POST https://narwhal-core.llm.svc:9000/v1/events",
+				"Secret my-tokens",
+				"label llm-d.ai/role=prefill|decode",
+				"pods in every namespace",
+				"Agents: off",
+				"port-forward service/narwhal-core-leader 8080:9000",
+			},
+			not: []string{"WARNING", "was generated", "daemonset/"}},
+	} {
+		got := notes(c.set)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: notes lack %q:\n%s", c.name, w, got)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(got, n) {
+				t.Errorf("%s: notes hold %q:\n%s", c.name, n, got)
+			}
+		}
+	}
+}
+
 // TestChartSettings: an operator sets the SLOs, latency profiles and any
 // other setting through the chart's values, and the binaries read them:
 // core.ttftSLOS and core.tpotSLOS land in core.ttft_slo_s and
