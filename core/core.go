@@ -487,7 +487,8 @@ func (c *Core) MoveDone(engineID string, nowNs int64, err error) {
 func (c *Core) Engines() []controller.Engine { return c.ctrl.Engines() }
 
 // Roles returns the current role table: a lock-free atomic load, 0
-// allocations.
+// allocations. Its Replaced channel closes when the next table is
+// published, so a router can wait for a move instead of polling.
 func (c *Core) Roles() *controller.RoleTable { return c.ctrl.Roles() }
 
 // inputs reads the live histories for one step.

@@ -25,7 +25,9 @@ import (
 // maxRolesWaitS caps Prefer: wait.
 const maxRolesWaitS = 60
 
-// rolesPollInterval is how often the watcher looks for a new table.
+// rolesPollInterval is how often the watcher looks for a new table when
+// the core's table does not say when it is replaced (RoleTable.Replaced
+// nil: a table no controller published).
 const rolesPollInterval = 20 * time.Millisecond
 
 type rolesBody struct {
@@ -81,9 +83,30 @@ func (w *rolesWatch) wait(c Core) (*rolesBody, <-chan struct{}) {
 	return w.cur, w.changed
 }
 
-// run looks for a new table every rolesPollInterval until ctx ends.
+// run takes up each table the core publishes until ctx ends: it waits
+// for the current table to be replaced (RoleTable.Replaced), or looks
+// again after rolesPollInterval where the table cannot say.
 func (w *rolesWatch) run(c Core) func(ctx context.Context) error {
-	return every(rolesPollInterval, func() { w.body(c) })
+	return func(ctx context.Context) error {
+		for {
+			next := w.body(c).t.Replaced()
+			if next == nil {
+				tm := time.NewTimer(rolesPollInterval)
+				select {
+				case <-ctx.Done():
+					tm.Stop()
+					return nil
+				case <-tm.C:
+				}
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-next:
+			}
+		}
+	}
 }
 
 // preferWait is Prefer's wait preference in seconds, capped; 0 when absent

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,5 +155,44 @@ func TestRolesWaitEndsAtShutdown(t *testing.T) {
 	}
 	if code := <-got; code != http.StatusNotModified {
 		t.Fatalf("the waiting request got %d, want 304", code)
+	}
+}
+
+// swapCore serves a role table no controller published (Replaced nil),
+// swapped by the test.
+type swapCore struct {
+	*fakeCore
+	t atomic.Pointer[roleTable]
+}
+
+func (c *swapCore) Roles() *roleTable { return c.t.Load() }
+
+// The roles watcher takes up a table that cannot say when it is replaced
+// by looking again every rolesPollInterval, and stops with its context.
+func TestRolesWatchPollsWithoutReplaced(t *testing.T) {
+	c := &swapCore{fakeCore: newFakeCore("e1")}
+	c.t.Store(&roleTable{Version: 1, Prefill: []string{"e1"}})
+	var w rolesWatch
+	first, changed := w.wait(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.run(c)(ctx) }()
+	c.t.Store(&roleTable{Version: 2, Prefill: []string{"e1", "e2"}})
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher did not take up the new table within 5 s")
+	}
+	if b := w.body(c); b.t.Version != 2 || b.etag == first.etag {
+		t.Fatalf("after the change: version %d, etag %q (was %q)", b.t.Version, b.etag, first.etag)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher did not stop with its context")
 	}
 }

@@ -212,7 +212,8 @@ func (c *Controller) EstimateBuilds() uint64 {
 // publish rebuilds and swaps the role table. Caller holds mu (or is New).
 func (c *Controller) publish() {
 	c.version++
-	t := &RoleTable{Version: c.version, Prefill: []string{}, Decode: []string{}, known: make(map[string]Role, len(c.engines))}
+	t := &RoleTable{Version: c.version, Prefill: []string{}, Decode: []string{}, known: make(map[string]Role, len(c.engines)),
+		replaced: make(chan struct{})}
 	for i := range c.engines {
 		e := &c.engines[i]
 		r := RoleNone
@@ -229,7 +230,11 @@ func (c *Controller) publish() {
 	}
 	slices.Sort(t.Prefill)
 	slices.Sort(t.Decode)
-	c.table.Store(t)
+	// The new table first, then the old one's channel: a watcher woken by
+	// the close reads the new table.
+	if old := c.table.Swap(t); old != nil && old.replaced != nil {
+		close(old.replaced)
+	}
 }
 
 func validResident(r Resident) bool {

@@ -160,6 +160,43 @@ func TestRoleTableReadAllocs(t *testing.T) {
 	}
 }
 
+// A published table's Replaced channel closes when, and only when, the
+// next table is published, and Roles then returns that table; reading
+// the channel allocates nothing.
+func TestRoleTableReplaced(t *testing.T) {
+	c := newTestController(t, testConfig(), 2, 2)
+	first := c.Roles()
+	ch := first.Replaced()
+	if ch == nil || (*RoleTable)(nil).Replaced() != nil {
+		t.Fatal("a published table must have a Replaced channel; a nil table none")
+	}
+	if n := testing.AllocsPerRun(1000, func() { _ = c.Roles().Replaced() }); n != 0 {
+		t.Fatalf("Replaced: %v allocs, want 0", n)
+	}
+	select {
+	case <-ch:
+		t.Fatal("Replaced closed before any newer table")
+	default:
+	}
+	if err := c.UpdateEngine("e000", t0, Resident{}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Replaced still open after a new table was published")
+	}
+	second := c.Roles()
+	if second == first || second.Version <= first.Version || second.RoleOf("e000") != RoleNone {
+		t.Fatalf("after the close Roles must return the newer table: version %d -> %d", first.Version, second.Version)
+	}
+	select {
+	case <-second.Replaced():
+		t.Fatal("the newest table's Replaced is closed")
+	default:
+	}
+}
+
 func TestJournalSinkAndRing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	sink, err := NewJSONLinesSink(path)

@@ -13,6 +13,20 @@ type RoleTable struct {
 	// by id.
 	Decode []string        `json:"decode"`
 	known  map[string]Role // every engine in the table; RoleNone when it takes no new work
+	// replaced is closed when the controller publishes the table after
+	// this one (nil: a table no controller published).
+	replaced chan struct{}
+}
+
+// Replaced returns a channel closed once a newer table has been published
+// (Roles then returns it), so that a watcher waits for a change instead of
+// polling. It is nil for a table no controller published, which is never
+// replaced: a receive from it blocks. 0 allocations.
+func (t *RoleTable) Replaced() <-chan struct{} {
+	if t == nil {
+		return nil
+	}
+	return t.replaced
 }
 
 // RoleOf returns the role an engine takes new work in: RoleNone when it is
