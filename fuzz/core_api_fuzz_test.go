@@ -343,10 +343,11 @@ type apiRun struct {
 	sink       *apiSink
 	reg        *prometheus.Registry
 
-	pending    int64  // offers started and not ended (model)
-	lastStep   int64  // the latest Step's time (0: none on this core)
-	prevSeq    uint64 // the latest decision's sequence
-	prevVer    uint64 // the role table's version on this core
+	pending    int64                 // offers started and not ended (model)
+	lastStep   int64                 // the latest Step's time (0: none on this core)
+	prevSeq    uint64                // the latest decision's sequence
+	prevVer    uint64                // the role table's version on this core
+	prevTable  *controller.RoleTable // the role table the last check read on this core
 	prevAhead  uint64
 	prevExp    uint64
 	prevTotals [buckets.NumOutcomes]buckets.TotalCounts
@@ -365,6 +366,7 @@ func (a *apiRun) newCore() *core.Core {
 	}
 	a.act.c, a.act.held = c, a.act.held[:0]
 	a.reg, a.pending, a.lastStep, a.prevVer, a.prevAhead, a.prevExp = nil, 0, 0, 0, 0, 0
+	a.prevTable = nil
 	a.prevTotals = [buckets.NumOutcomes]buckets.TotalCounts{}
 	return c
 }
@@ -1069,6 +1071,21 @@ func (a *apiRun) check(ran bool) {
 		a.fatalf("role table version went back: %d -> %d", a.prevVer, rt.Version)
 	}
 	a.prevVer = rt.Version
+	// A table's Replaced channel is closed once, and only once, a newer
+	// one is published.
+	select {
+	case <-rt.Replaced():
+		a.fatalf("the current role table (version %d) reads as replaced", rt.Version)
+	default:
+	}
+	if a.prevTable != nil && a.prevTable != rt {
+		select {
+		case <-a.prevTable.Replaced():
+		default:
+			a.fatalf("role table version %d was replaced by %d but its Replaced channel is open", a.prevTable.Version, rt.Version)
+		}
+	}
+	a.prevTable = rt
 	for _, l := range [][]string{rt.Prefill, rt.Decode} {
 		for i := 1; i < len(l); i++ {
 			if l[i] <= l[i-1] {
