@@ -231,8 +231,9 @@ func (c *Controller) publish() {
 	slices.Sort(t.Prefill)
 	slices.Sort(t.Decode)
 	// The new table first, then the old one's channel: a watcher woken by
-	// the close reads the new table.
-	if old := c.table.Swap(t); old != nil && old.replaced != nil {
+	// the close reads the new table. Only publish stores tables, so every
+	// old one has its channel.
+	if old := c.table.Swap(t); old != nil {
 		close(old.replaced)
 	}
 }
