@@ -101,7 +101,8 @@ type Config struct {
 	// (counted from when the pools settled after the last move), while
 	// the other phase measures within source_limit even one engine
 	// smaller, gets one engine where the model holds: the starvation
-	// rule in the package documentation. 0 turns it off.
+	// rule in the package documentation (on overflow-priced demand it
+	// acts on the first settled step). 0 turns it off.
 	StarvationS float64 `json:"starvation_s" yaml:"starvation_s"`
 }
 

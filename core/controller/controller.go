@@ -1320,9 +1320,9 @@ func (c *Controller) settled(nowNs int64) bool {
 // window) or a mean TTFT past the SLO with a tail more engines can
 // remove; decode on a mean TPOT past the SLO. It returns the direction
 // toward the starving phase (+1 prefill, −1 decode) once that has held
-// starvation_s on end, counted from when the pools settled after the
-// last move (its switch time plus the short horizon), else 0. Caller
-// holds mu.
+// starvation_s on end (on overflow-priced demand at once), counted from
+// when the pools settled after the last move (its switch time plus the
+// short horizon), else 0. Caller holds mu.
 func (c *Controller) starvation(nowNs int64, s *Snapshot, cur SplitScore, kvSoon bool) int {
 	cfg := c.cfg
 	if cfg.StarvationS <= 0 {
@@ -1354,7 +1354,14 @@ func (c *Controller) starvation(nowNs int64, s *Snapshot, cur SplitScore, kvSoon
 	if dir != c.starveDir {
 		c.starveDir, c.starveSince = dir, nowNs
 	}
-	if float64(nowNs-c.starveSince)/1e9 >= cfg.StarvationS {
+	// On demand priced with an overflow cohort the model is an upper
+	// bound that cannot refute a measurement: the first settled step
+	// that measures the starvation moves, without the count.
+	need := cfg.StarvationS
+	if s.overflowPriced() {
+		need = 0
+	}
+	if float64(nowNs-c.starveSince)/1e9 >= need {
 		return dir
 	}
 	return 0

@@ -357,6 +357,24 @@
 // the held half and the five rows at seeds 1–4 unchanged (HISTORY.md,
 // session 21).
 //
+// On demand priced with an overflow cohort the rule does not wait for
+// starvation_s: the first settled step that measures the starvation
+// moves (still one engine, every other condition as above). There the
+// model is an upper bound: dev draw x4-16 (16 × Llama-2-70B, a flash of
+// Mooncake prompts up to 120k tokens) held 14:2 for 110 s with every
+// TPOT missing, the closed form pricing 13 prefill engines at 15–56×
+// the TTFT SLO while prefill measured 0.1–0.3 (46.3 → 68.4 %). Measured
+// (prior + calibrate, at once − after 120 s, mean vs static-best): tune
+// and dev draws 0–4 +0.10 ± 0.21 over 190 (x4-16 +22.1, x1-16 +16.9,
+// x3-26 +9.7; x2-04 −20.4 and x2-14 −14.9, knife edges where the faster
+// moves start an 8–10 prefill-engine oscillation the model's later
+// moves keep up); dev draws 5–14 +0.27 ± 0.08 over 317 (29 better, 9
+// worse by 0.5 pt); `--even-start` tune +0.25; held −0.20 (d08b −8.2,
+// d11b +1.8; seen after the choice); the five rows at seeds 1–4
+// unchanged. Waiting starvation_s again after any move within
+// starvation_s kept the tune gain and lost the out-of-sample one (dev
+// 5–14 −0.01; HISTORY.md, session 23).
+//
 // # Consolidation evidence
 //
 // Risk events are moves and steps whose decode breaches its SLO (observed

@@ -3,6 +3,8 @@ package controller
 import (
 	"strings"
 	"testing"
+
+	"github.com/narwhal-io/narwhal/core/buckets"
 )
 
 // starvationConfig: testConfig whose model holds at the pressures used
@@ -150,4 +152,52 @@ func TestStarvationKVGateOnResidentWhereTheModelIsContradicted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On demand priced with an overflow cohort (an upper bound the model
+// cannot refute a measurement with) the starvation rule does not wait
+// for starvation_s: the first settled step that measures a phase past
+// its SLO with the other spare one engine smaller moves one engine. A
+// step that does not measure the starvation still moves nothing.
+func TestStarvationAtOnceOnOverflowPricedDemand(t *testing.T) {
+	overflowed := func(prefillRatio, decodeRatio float64) Inputs {
+		in := starvationInputs(prefillRatio, decodeRatio)
+		in.Arrivals.(*fakeHistory).overflow = buckets.Cohort{Count: 5, MaxInput: 1024, MaxOutput: 16}
+		return in
+	}
+	t.Run("prefill starving, decode spare", func(t *testing.T) {
+		c := newTestController(t, starvationConfig(), 4, 4)
+		at, d := runStarved(t, c, 40, func(int) (Inputs, float64) { return overflowed(3, 0.2), 1 })
+		if at != 0 {
+			t.Fatalf("first move at +%d s; want +0 (overflow-priced demand)", at)
+		}
+		if d.Snapshot.Short.Overflow == 0 {
+			t.Fatalf("setup: the short horizon holds no overflow cohort")
+		}
+		if len(d.Moves) != 1 || d.Moves[0].From != RoleDecode || d.Moves[0].To != RolePrefill {
+			t.Fatalf("moves %+v; want one decode engine to prefill", d.Moves)
+		}
+		if !strings.Contains(d.Reason, "starvation: prefill measured past its SLO for 0 s") {
+			t.Fatalf("reason %q does not name the starvation rule", d.Reason)
+		}
+	})
+	t.Run("decode starving, prefill spare", func(t *testing.T) {
+		c := newTestController(t, starvationConfig(), 4, 4)
+		at, d := runStarved(t, c, 40, func(int) (Inputs, float64) { return overflowed(0.1, 3), 0 })
+		if at != 0 || len(d.Moves) != 1 || d.Moves[0].From != RolePrefill {
+			t.Fatalf("first move at +%d s, %+v; want one prefill engine to decode at +0", at, d.Moves)
+		}
+	})
+	t.Run("no starvation measured", func(t *testing.T) {
+		c := newTestController(t, starvationConfig(), 4, 4)
+		if at, d := runStarved(t, c, 40, func(int) (Inputs, float64) { return overflowed(0.5, 0.2), 0 }); at >= 0 {
+			t.Fatalf("moved at +%d s with both phases within their SLOs: %s", at, d.Reason)
+		}
+	})
+	t.Run("decode not spare one engine smaller", func(t *testing.T) {
+		c := newTestController(t, starvationConfig(), 4, 4)
+		if at, d := runStarved(t, c, 40, func(int) (Inputs, float64) { return overflowed(3, 0.55), 1 }); at >= 0 {
+			t.Fatalf("moved at +%d s with decode at 0.55 of its SLO: %s", at, d.Reason)
+		}
+	})
 }
