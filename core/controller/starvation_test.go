@@ -49,6 +49,15 @@ func runStarved(t *testing.T, c *Controller, n int, in func(i int) (Inputs, floa
 	return -1, Decision{}
 }
 
+// noStarvationMove: 60 steps of in under starvationConfig move nothing.
+func noStarvationMove(t *testing.T, in func(int) (Inputs, float64), what string) {
+	t.Helper()
+	c := newTestController(t, starvationConfig(), 4, 4)
+	if at, d := runStarved(t, c, 60, in); at >= 0 {
+		t.Fatalf("moved at +%d s with %s: %s", at, what, d.Reason)
+	}
+}
+
 // The starvation rule (doc.go, "starvation"): prefill measured past its
 // SLO (a queue of 4× the TTFT SLO) for starvation_s on end while decode
 // measures 0.2 of its TPOT SLO gets one decode engine, where the model
@@ -80,10 +89,7 @@ func TestStarvationMovesOneEngineAfterStarvationS(t *testing.T) {
 	})
 	t.Run("decode not spare one engine smaller", func(t *testing.T) {
 		// 0.55 × 4/3 = 0.73 > source_limit 0.65.
-		c := newTestController(t, starvationConfig(), 4, 4)
-		if at, d := runStarved(t, c, 60, func(int) (Inputs, float64) { return starvationInputs(3, 0.55), 1 }); at >= 0 {
-			t.Fatalf("moved at +%d s with decode at 0.55 of its SLO: %s", at, d.Reason)
-		}
+		noStarvationMove(t, func(int) (Inputs, float64) { return starvationInputs(3, 0.55), 1 }, "decode at 0.55 of its SLO")
 	})
 	t.Run("a calm step restarts the count", func(t *testing.T) {
 		c := newTestController(t, starvationConfig(), 4, 4)
@@ -189,15 +195,9 @@ func TestStarvationAtOnceOnOverflowPricedDemand(t *testing.T) {
 		}
 	})
 	t.Run("no starvation measured", func(t *testing.T) {
-		c := newTestController(t, starvationConfig(), 4, 4)
-		if at, d := runStarved(t, c, 40, func(int) (Inputs, float64) { return overflowed(0.5, 0.2), 0 }); at >= 0 {
-			t.Fatalf("moved at +%d s with both phases within their SLOs: %s", at, d.Reason)
-		}
+		noStarvationMove(t, func(int) (Inputs, float64) { return overflowed(0.5, 0.2), 0 }, "both phases within their SLOs")
 	})
 	t.Run("decode not spare one engine smaller", func(t *testing.T) {
-		c := newTestController(t, starvationConfig(), 4, 4)
-		if at, d := runStarved(t, c, 40, func(int) (Inputs, float64) { return overflowed(3, 0.55), 1 }); at >= 0 {
-			t.Fatalf("moved at +%d s with decode at 0.55 of its SLO: %s", at, d.Reason)
-		}
+		noStarvationMove(t, func(int) (Inputs, float64) { return overflowed(3, 0.55), 1 }, "decode at 0.55 of its SLO")
 	})
 }
