@@ -49,7 +49,8 @@ func runStarved(t *testing.T, c *Controller, n int, in func(i int) (Inputs, floa
 	return -1, Decision{}
 }
 
-// noStarvationMove: 60 steps of in under starvationConfig move nothing.
+// noStarvationMove: 60 one-second steps fed by in, under
+// starvationConfig, move no engine.
 func noStarvationMove(t *testing.T, in func(int) (Inputs, float64), what string) {
 	t.Helper()
 	c := newTestController(t, starvationConfig(), 4, 4)
