@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -243,4 +245,14 @@ func followedToken(src *tokenSource, everyNs int64, now func() int64) func() str
 		}
 		return src.current()
 	}
+}
+
+// RouterToken is the routers' write token as one goroutine that sends it
+// reads it (a replica shipping demand deltas to the leader): auth.token or
+// auth.token_file, the file read again at most every auth.token_reload_s.
+// A bad reload keeps the token read before (the server logs and counts
+// it; this copy only follows).
+func (c *Config) RouterToken() func() string {
+	src := newTokenSource("token", c.Auth.Token, c.Auth.TokenFile, slog.New(slog.DiscardHandler), nil)
+	return followedToken(src, int64(math.Round(c.Auth.TokenReloadS*1e9)), func() int64 { return time.Now().UnixNano() })
 }

@@ -70,7 +70,7 @@ func (d *DurableCore) JournalCollectors() []prometheus.Collector {
 // state (so roles, cooldown and dwell survive any crash) and seeds the
 // in-memory journal, so sequence numbers and GET /v1/decisions continue.
 // Without one the core is a dry run kept in memory. The extra options
-// (e.g. Kube.CoreOptions) are applied last. profiles.file's profiles come
+// (e.g. kube.Replica.CoreOptions) are applied last. profiles.file's profiles come
 // before the built-in ones; the geometry prior prices the rest.
 func NewCore(cfg Config, logger *slog.Logger, extra ...core.Option) (*DurableCore, error) {
 	opts := []core.Option{core.WithLogger(logger)}

@@ -98,9 +98,12 @@
 // # Kubernetes (kubernetes.enabled)
 //
 // With kubernetes.enabled the replica is one of N behind a Lease
-// (NewKubeServer, or NewKube + CoreOptions + Bind; cmd/narwhal-core builds
-// the in-cluster client). The kubernetes section is k8s/cluster.Config
-// inline plus demand_url (default
+// (package service/kube: kube.NewServer, or kube.New + CoreOptions + Bind;
+// cmd/narwhal-core builds the in-cluster client). This package loads and
+// validates the section but links no Kubernetes client (a router that
+// embeds the service without a cluster, and the fuzz targets over its
+// inputs, build without client-go). The kubernetes section is
+// k8s/clusterconfig.Config inline plus demand_url (default
 // http(s)://narwhal-core-leader.<namespace>.svc:<listen port>/v1/demand/deltas)
 // and ship_every_s (default 2); namespace and pod_name default to
 // POD_NAMESPACE and POD_NAME. The section is validated only when enabled.

@@ -322,3 +322,17 @@ func TestHealthzFailsWhileTheClockIsBehindTheHistory(t *testing.T) {
 		t.Fatalf("healthz after catching up: got %d; want 200", code)
 	}
 }
+
+// TestExtraRouteErrors: a taken or empty pattern fails New instead of
+// panicking.
+func TestExtraRouteErrors(t *testing.T) {
+	rc := newRealCore(t, "e1")
+	h := http.NotFoundHandler()
+	for _, rt := range []Route{{Pattern: "/v1/events", Name: "dup", Handler: h}, {Name: "empty", Handler: h}, {Pattern: "/x", Name: "nil"}} {
+		s, err := New(testConfig(), rc, nil, WithRoutes(rt))
+		if err == nil {
+			s.Close()
+			t.Fatalf("route %+v accepted", rt)
+		}
+	}
+}

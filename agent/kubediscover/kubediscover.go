@@ -383,7 +383,7 @@ func (d *Discoverer) publish(ctx context.Context) {
 // EngineFromPod turns a Running pod into the agent's engine entry
 // (without the PID, which needs NVML).
 func (d *Discoverer) EngineFromPod(p *corev1.Pod, gpus []string) (agent.EngineConfig, error) {
-	role, err := d.cfg.Roles.Role(p)
+	role, err := podmeta.RoleWith(d.cfg.Roles, p)
 	if err != nil {
 		return agent.EngineConfig{}, err
 	}
@@ -408,7 +408,7 @@ func (d *Discoverer) EngineFromPod(p *corev1.Pod, gpus []string) (agent.EngineCo
 			return agent.EngineConfig{}, fmt.Errorf("pod %s/%s: %s %q (want vllm or sglang)", p.Namespace, p.Name, AnnotationEngineKind, v)
 		}
 	}
-	row, err := d.cfg.Roles.EngineFromPod(p) // the core's id, model and GPU rules
+	row, err := podmeta.EngineFromPodWith(d.cfg.Roles, p) // the core's id, model and GPU rules
 	if err != nil {
 		return agent.EngineConfig{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/narwhal-io/narwhal/service"
+	"github.com/narwhal-io/narwhal/service/kube"
 )
 
 // main: with no arguments and no NARWHAL_CONFIG (or with --demo and its
@@ -71,7 +72,7 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes.enabled: %w", err)
 		}
-		srv, _, err := service.NewKubeServer(cfg, client, logger)
+		srv, _, err := kube.NewServer(cfg, client, logger)
 		if err != nil {
 			return err
 		}

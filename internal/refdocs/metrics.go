@@ -20,6 +20,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent/kubediscover"
 	"github.com/narwhal-io/narwhal/internal/testcert"
 	"github.com/narwhal-io/narwhal/service"
+	"github.com/narwhal-io/narwhal/service/kube"
 )
 
 // Metric is one registered metric family.
@@ -55,7 +56,7 @@ func Catalog() ([]Metric, error) {
 	if cfg.TLS.CertFile, cfg.TLS.KeyFile, err = writeKeyPair(dataDir); err != nil {
 		return nil, err
 	}
-	srv, _, err := service.NewKubeServer(cfg, fake.NewClientset(), quiet)
+	srv, _, err := kube.NewServer(cfg, fake.NewClientset(), quiet)
 	if err != nil {
 		return nil, fmt.Errorf("refdocs: building a core: %w", err)
 	}

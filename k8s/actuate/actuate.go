@@ -252,7 +252,7 @@ func (a *Actuator) SwitchToLabel(ctx context.Context, pod *corev1.Pod) error {
 	if url == "" || a.Moving(podmeta.EngineID(pod)) {
 		return nil
 	}
-	role, err := a.cfg.Roles.Role(pod)
+	role, err := podmeta.RoleWith(a.cfg.Roles, pod)
 	if err != nil {
 		return fmt.Errorf("actuate: pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

@@ -78,14 +78,14 @@ func New(client kubernetes.Interface, cfg Config, logger *slog.Logger) (*Cluster
 	}
 	k := &Cluster{client: client, cfg: cfg, logger: logger.With("component", "cluster")}
 	var err error
-	if k.el, err = leader.New(client, cfg.leaderConfig(), logger); err != nil {
+	if k.el, err = leader.New(client, leaderConfig(cfg), logger); err != nil {
 		return nil, err
 	}
 	if k.store, err = statestore.New(client, cfg.Namespace, cfg.StateConfigMap,
 		statestore.WithFence(k.el.IsLeader), statestore.WithIdentity(cfg.PodName)); err != nil {
 		return nil, err
 	}
-	if k.act, err = actuate.New(client, cfg.actuateConfig(), k, actuate.ResidentDrained(k.engines), k.moveDone,
+	if k.act, err = actuate.New(client, actuateConfig(cfg), k, actuate.ResidentDrained(k.engines), k.moveDone,
 		actuate.WithLogger(logger)); err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (k *Cluster) Bind(c Core, st StateHolder, stepEvery time.Duration) error {
 	if c == nil || st == nil || stepEvery <= 0 {
 		return fmt.Errorf("%w: Bind needs a core, a state holder and a step period > 0", ErrInvalidConfig)
 	}
-	d, err := discover.New(k.client, k.cfg.discoverConfig(), c, k.logger)
+	d, err := discover.New(k.client, discoverConfig(k.cfg), c, k.logger)
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (k *Cluster) staleDrainAfter() time.Duration {
 // drainingPods lists the engine pods marked draining when a term starts
 // (best effort: an error is logged and nothing is swept this term).
 func (k *Cluster) drainingPods(ctx context.Context) []corev1.Pod {
-	dc := k.cfg.discoverConfig()
+	dc := discoverConfig(k.cfg)
 	list, err := k.client.CoreV1().Pods(dc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: dc.Selector})
 	if err != nil {
 		k.logger.Warn("cannot list engine pods for stale drain marks", "err", err)

@@ -15,9 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/actuate"
+	"github.com/narwhal-io/narwhal/k8s/clusterconfig"
+	"github.com/narwhal-io/narwhal/k8s/leader"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
 	"github.com/narwhal-io/narwhal/k8s/statestore"
 )
@@ -225,4 +229,35 @@ func TestConfigValidate(t *testing.T) {
 	f(func(c *Config) { c.DrainTimeoutS = 0 })
 	f(func(c *Config) { c.RetryPeriodS = -1 })
 	f(func(c *Config) { c.LeaseDurationS = c.RenewDeadlineS })
+}
+
+// The kubernetes section's defaults and lease rule live in
+// k8s/clusterconfig, which links no Kubernetes client: they must stay the
+// ones k8s/leader, k8s/actuate and client-go use.
+func TestClusterConfigMatchesItsPackages(t *testing.T) {
+	c, l, a := DefaultConfig(), leader.DefaultConfig(), actuate.DefaultConfig()
+	if c.LeaseName != l.LeaseName || dur(c.LeaseDurationS) != l.LeaseDuration ||
+		dur(c.RenewDeadlineS) != l.RenewDeadline || dur(c.RetryPeriodS) != l.RetryPeriod {
+		t.Fatalf("lease defaults %+v; k8s/leader's %+v", c, l)
+	}
+	if dur(c.DrainTimeoutS) != a.DrainTimeout || dur(c.DrainPollS) != a.DrainPoll || dur(c.SwitchTimeoutS) != a.SwitchTimeout {
+		t.Fatalf("drain and switch defaults %+v; k8s/actuate's %+v", c, a)
+	}
+	if clusterconfig.LeaseJitterFactor != leaderelection.JitterFactor {
+		t.Fatalf("LeaseJitterFactor %v; client-go's %v", clusterconfig.LeaseJitterFactor, leaderelection.JitterFactor)
+	}
+	// A config the section accepts is one k8s/leader accepts, at the
+	// boundary of the jitter rule too.
+	for _, renew := range []float64{2.41, 2.5, 3} {
+		c := testConfig()
+		c.RetryPeriodS, c.RenewDeadlineS, c.LeaseDurationS = 2, renew, renew+1
+		if (c.Validate() == nil) != (leaderConfig(c).Validate() == nil) {
+			t.Fatalf("renew %v: section %v, leader %v", renew, c.Validate(), leaderConfig(c).Validate())
+		}
+	}
+	c = testConfig()
+	c.RetryPeriodS, c.RenewDeadlineS = 2, 2.4
+	if c.Validate() == nil || leaderConfig(c).Validate() == nil {
+		t.Fatalf("renew 2.4 = 1.2 × retry 2: section %v, leader %v; want both refused", c.Validate(), leaderConfig(c).Validate())
+	}
 }

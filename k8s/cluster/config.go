@@ -1,141 +1,39 @@
 package cluster
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/narwhal-io/narwhal/k8s/actuate"
+	"github.com/narwhal-io/narwhal/k8s/clusterconfig"
 	"github.com/narwhal-io/narwhal/k8s/discover"
 	"github.com/narwhal-io/narwhal/k8s/leader"
-	"github.com/narwhal-io/narwhal/k8s/podmeta"
 )
 
-// ErrInvalidConfig is returned (wrapped) by Validate and New.
-var ErrInvalidConfig = errors.New("cluster: invalid config")
+// ErrInvalidConfig is returned (wrapped) by Config.Validate and New.
+var ErrInvalidConfig = clusterconfig.ErrInvalidConfig
 
-// Config is the `kubernetes` section of the narwhal-core configuration.
-type Config struct {
-	// Namespace and PodName identify this replica; empty means the
-	// POD_NAMESPACE and POD_NAME environment variables (downward API).
-	Namespace string `yaml:"namespace" json:"namespace"`
-	PodName   string `yaml:"pod_name" json:"pod_name"`
+// Config is the `kubernetes` section of the narwhal-core configuration
+// (k8s/clusterconfig: the service loads it without a Kubernetes client).
+type Config = clusterconfig.Config
 
-	// LeaseName is the coordination.k8s.io/v1 Lease (in Namespace) the
-	// replicas elect their leader with; only the leader steps the
-	// controller and moves engines.
-	LeaseName string `yaml:"lease_name" json:"lease_name"`
-	// LeaseDurationS: a follower takes the Lease over when its holder has
-	// not renewed it for this long (the longest a crashed leader leaves
-	// the fleet without decisions). Must exceed RenewDeadlineS.
-	LeaseDurationS float64 `yaml:"lease_duration_s" json:"lease_duration_s"`
-	// RenewDeadlineS: the leader keeps retrying a failed renewal this long,
-	// then gives its term up and stops deciding. Must exceed 1.2 ×
-	// RetryPeriodS.
-	RenewDeadlineS float64 `yaml:"renew_deadline_s" json:"renew_deadline_s"`
-	// RetryPeriodS is the time between attempts to acquire or renew the
-	// Lease (and to read the saved state at the start of a term).
-	RetryPeriodS float64 `yaml:"retry_period_s" json:"retry_period_s"`
-
-	// StateConfigMap (in Namespace) holds the controller state under
-	// StateKey.
-	StateConfigMap string `yaml:"state_configmap" json:"state_configmap"`
-	StateKey       string `yaml:"state_key" json:"state_key"`
-
-	// EngineNamespace ("" = every namespace) and EngineSelector select
-	// the engine pods; an empty EngineSelector is the role label in
-	// (prefill, decode).
-	EngineNamespace string `yaml:"engine_namespace" json:"engine_namespace"`
-	EngineSelector  string `yaml:"engine_selector" json:"engine_selector"`
-
-	// Roles is the pod label routers read the role from: preset narwhal
-	// (narwhal.io/role) or llm-d (llm-d.ai/role), key and values
-	// overridable.
-	Roles podmeta.Roles `yaml:"roles" json:"roles"`
-	// Pools choose how engines move (relabel, scale, switch_url); a pod
-	// no pool matches is relabelled.
-	Pools []PoolConfig `yaml:"pools" json:"pools"`
-
-	// DrainTimeoutS bounds how long a moving engine may keep resident
-	// work (routers no longer send it new requests) before the move fails.
-	DrainTimeoutS float64 `yaml:"drain_timeout_s" json:"drain_timeout_s"`
-	// DrainPollS is how often the drain is checked.
-	DrainPollS float64 `yaml:"drain_poll_s" json:"drain_poll_s"`
-	// SwitchTimeoutS bounds one call of an engine's role-switch URL.
-	SwitchTimeoutS float64 `yaml:"switch_timeout_s" json:"switch_timeout_s"`
-	// SwitchOnDrainTimeout switches the role anyway when the drain times
-	// out (what happens to the requests still resident is the engine's
-	// affair); off, the move fails and the engine keeps its role.
-	SwitchOnDrainTimeout bool `yaml:"switch_on_drain_timeout" json:"switch_on_drain_timeout"`
-
-	// LabelLeader labels the leader's own pod narwhal.io/leader=true.
-	LabelLeader bool `yaml:"label_leader" json:"label_leader"`
-}
-
-// PoolConfig is one entry of kubernetes.pools (see actuate.Pool).
-type PoolConfig struct {
-	// Name names the pool in logs and errors.
-	Name string `yaml:"name" json:"name"`
-	// Selector is a label selector over the engine pods ("" matches all);
-	// the first pool whose selector matches a pod moves it.
-	Selector string `yaml:"selector" json:"selector"`
-	// Method is how the pool's engines move: relabel (one process serves
-	// either role; the label is the switch), scale (one workload per
-	// role: scale the source down and the target up) or switch_url (POST
-	// the role to the pod's narwhal.io/role-switch-url annotation).
-	Method string `yaml:"method" json:"method"`
-	// PrefillWorkload is the prefill role's workload for method scale, as
-	// Deployment/<name> or StatefulSet/<name> in the pod's namespace.
-	PrefillWorkload string `yaml:"prefill_workload" json:"prefill_workload"`
-	// DecodeWorkload is the decode role's workload for method scale.
-	DecodeWorkload string `yaml:"decode_workload" json:"decode_workload"`
-	// ReadyTimeoutS bounds the wait for the target workload's new pod to
-	// be Ready (method scale: the engine's start, weights included); 0
-	// takes the default, 900.
-	ReadyTimeoutS float64 `yaml:"ready_timeout_s" json:"ready_timeout_s"`
-}
+// PoolConfig is one entry of kubernetes.pools.
+type PoolConfig = clusterconfig.PoolConfig
 
 // LabelLeader is the label the leader puts on its own pod.
 const LabelLeader = "narwhal.io/leader"
 
 // DefaultConfig returns the documented defaults.
-func DefaultConfig() Config {
-	l, a := leader.DefaultConfig(), actuate.DefaultConfig()
-	return Config{
-		LeaseName:      l.LeaseName,
-		LeaseDurationS: l.LeaseDuration.Seconds(),
-		RenewDeadlineS: l.RenewDeadline.Seconds(),
-		RetryPeriodS:   l.RetryPeriod.Seconds(),
-		StateConfigMap: "narwhal-core-state",
-		StateKey:       "controller-state.json",
-		DrainTimeoutS:  a.DrainTimeout.Seconds(),
-		DrainPollS:     a.DrainPoll.Seconds(),
-		SwitchTimeoutS: a.SwitchTimeout.Seconds(),
-		LabelLeader:    true,
-	}
-}
-
-// FromEnv fills Namespace and PodName from getenv (POD_NAMESPACE,
-// POD_NAME) where they are empty.
-func (c Config) FromEnv(getenv func(string) string) Config {
-	if c.Namespace == "" {
-		c.Namespace = getenv("POD_NAMESPACE")
-	}
-	if c.PodName == "" {
-		c.PodName = getenv("POD_NAME")
-	}
-	return c
-}
+func DefaultConfig() Config { return clusterconfig.DefaultConfig() }
 
 func dur(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
-func (c Config) leaderConfig() leader.Config {
+func leaderConfig(c Config) leader.Config {
 	return leader.Config{Namespace: c.Namespace, LeaseName: c.LeaseName, Identity: c.PodName,
 		LeaseDuration: dur(c.LeaseDurationS), RenewDeadline: dur(c.RenewDeadlineS), RetryPeriod: dur(c.RetryPeriodS)}
 }
 
-func (c Config) actuateConfig() actuate.Config {
+func actuateConfig(c Config) actuate.Config {
 	a := actuate.Config{DrainTimeout: dur(c.DrainTimeoutS), DrainPoll: dur(c.DrainPollS),
 		SwitchTimeout: dur(c.SwitchTimeoutS), SwitchOnDrainTimeout: c.SwitchOnDrainTimeout, Roles: c.Roles}
 	for _, p := range c.Pools {
@@ -145,7 +43,7 @@ func (c Config) actuateConfig() actuate.Config {
 	return a
 }
 
-func (c Config) discoverConfig() discover.Config {
+func discoverConfig(c Config) discover.Config {
 	sel := c.EngineSelector
 	if sel == "" {
 		if r, err := c.Roles.Resolve(); err == nil {
@@ -153,43 +51,4 @@ func (c Config) discoverConfig() discover.Config {
 		}
 	}
 	return discover.Config{Namespace: c.EngineNamespace, Selector: sel, Roles: c.Roles}
-}
-
-// Validate names the first field that breaks a rule (prefixed
-// "kubernetes.").
-func (c Config) Validate() error {
-	bad := func(field string, v any, rule string) error {
-		return fmt.Errorf("%w: kubernetes.%s must be %s, got %v", ErrInvalidConfig, field, rule, v)
-	}
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"lease_duration_s", c.LeaseDurationS}, {"renew_deadline_s", c.RenewDeadlineS}, {"retry_period_s", c.RetryPeriodS},
-		{"drain_timeout_s", c.DrainTimeoutS}, {"drain_poll_s", c.DrainPollS}, {"switch_timeout_s", c.SwitchTimeoutS}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v <= 0 || f.v > 86400 {
-			return bad(f.name, f.v, "in (0, 86400]")
-		}
-	}
-	switch {
-	case c.Namespace == "":
-		return bad("namespace", `""`, "set (or POD_NAMESPACE)")
-	case c.PodName == "":
-		return bad("pod_name", `""`, "set (or POD_NAME)")
-	case c.StateConfigMap == "":
-		return bad("state_configmap", `""`, "set")
-	case c.StateKey == "":
-		return bad("state_key", `""`, "set")
-	}
-	if _, err := c.Roles.Resolve(); err != nil {
-		return fmt.Errorf("%w: kubernetes.roles: %w", ErrInvalidConfig, err)
-	}
-	for i, p := range c.Pools {
-		if math.IsNaN(p.ReadyTimeoutS) || p.ReadyTimeoutS < 0 || p.ReadyTimeoutS > 86400 {
-			return bad(fmt.Sprintf("pools[%d].ready_timeout_s", i), p.ReadyTimeoutS, "in [0, 86400]")
-		}
-	}
-	if err := c.leaderConfig().Validate(); err != nil {
-		return fmt.Errorf("%w: kubernetes: %w", ErrInvalidConfig, err)
-	}
-	return nil
 }

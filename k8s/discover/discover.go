@@ -228,7 +228,7 @@ func (d *Discoverer) apply(obj any) {
 		d.forget(ref) // left the selector (watch events are not filtered by every source)
 		return
 	}
-	eng, err := d.cfg.Roles.EngineFromPod(pod)
+	eng, err := podmeta.EngineFromPodWith(d.cfg.Roles, pod)
 	if err != nil {
 		d.logger.Debug("pod is not an engine", "pod", ref.Namespace+"/"+ref.Name, "err", err)
 		d.forget(ref)

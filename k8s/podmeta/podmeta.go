@@ -6,11 +6,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/clusterconfig"
 )
 
 // Label and annotation keys.
 const (
-	LabelRole     = "narwhal.io/role"
+	LabelRole     = clusterconfig.LabelRole
 	LabelEngineID = "narwhal.io/engine-id"
 	LabelModel    = "narwhal.io/model"
 	LabelGPU      = "narwhal.io/gpu"
@@ -52,7 +53,7 @@ func Draining(pod *corev1.Pod) bool { return pod.Annotations[AnnotationDraining]
 // Role returns the pod's narwhal.io/role label (the narwhal preset; see
 // Roles for others).
 func Role(pod *corev1.Pod) (controller.Role, error) {
-	return DefaultRoles().Role(pod)
+	return RoleWith(DefaultRoles(), pod)
 }
 
 // EngineFromPod builds the engine row Kubernetes knows about: id, node,
@@ -62,7 +63,7 @@ func Role(pod *corev1.Pod) (controller.Role, error) {
 // reported not live, so every replica's role table stops sending it new
 // work. Residency and KV capacity come from the agent, not from here.
 func EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
-	return DefaultRoles().EngineFromPod(pod)
+	return EngineFromPodWith(DefaultRoles(), pod)
 }
 
 func engineFromPod(pod *corev1.Pod, role controller.Role) controller.Engine {

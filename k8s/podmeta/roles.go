@@ -1,122 +1,30 @@
 package podmeta
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/k8s/clusterconfig"
 )
 
-// ErrInvalidRoles: a role label configuration Narwhal refuses.
-var ErrInvalidRoles = errors.New("podmeta: invalid role labels")
+// Roles is the role label configuration (clusterconfig.Roles: the
+// configuration section lives where the service can load it without a
+// Kubernetes client).
+type Roles = clusterconfig.Roles
 
-// Roles names the pod label that carries an engine's role and the values
-// that mean prefill and decode. Routers select engines by it, so it must
-// be the label the router in use reads: narwhal.io/role for Narwhal's own
-// role table, llm-d.ai/role for llm-d's router (its inference scheduler
-// filters prefill and decode pods by that label).
-type Roles struct {
-	// Preset fills the fields left empty: "narwhal" (narwhal.io/role;
-	// also when empty) or "llm-d" (llm-d.ai/role); values prefill and
-	// decode in both.
-	Preset string `json:"preset" yaml:"preset"`
-	// Key is the pod label that carries the role (narwhal.io/role,
-	// llm-d.ai/role); empty: the preset's.
-	Key string `json:"key" yaml:"key"`
-	// Prefill is the label's value for the prefill role; empty: the
-	// preset's.
-	Prefill string `json:"prefill" yaml:"prefill"`
-	// Decode is the label's value for the decode role; empty: the
-	// preset's.
-	Decode string `json:"decode" yaml:"decode"`
-}
+// ErrInvalidRoles: a role label configuration Narwhal refuses.
+var ErrInvalidRoles = clusterconfig.ErrInvalidRoles
 
 // Presets are the role labels of the routers Narwhal knows.
-var Presets = map[string]Roles{
-	"narwhal": {Preset: "narwhal", Key: LabelRole, Prefill: "prefill", Decode: "decode"},
-	"llm-d":   {Preset: "llm-d", Key: "llm-d.ai/role", Prefill: "prefill", Decode: "decode"},
-}
+var Presets = clusterconfig.Presets
 
 // DefaultRoles is the narwhal preset.
-func DefaultRoles() Roles { return Presets["narwhal"] }
+func DefaultRoles() Roles { return clusterconfig.DefaultRoles() }
 
-// Resolve fills empty fields from the preset (default "narwhal") and
-// validates the result.
-func (r Roles) Resolve() (Roles, error) {
-	name := r.Preset
-	if name == "" {
-		name = "narwhal"
-	}
-	p, ok := Presets[name]
-	if !ok {
-		return Roles{}, fmt.Errorf("%w: preset %q (want narwhal or llm-d)", ErrInvalidRoles, r.Preset)
-	}
-	if r.Key == "" {
-		r.Key = p.Key
-	}
-	if r.Prefill == "" {
-		r.Prefill = p.Prefill
-	}
-	if r.Decode == "" {
-		r.Decode = p.Decode
-	}
-	r.Preset = name
-	return r, r.Validate()
-}
-
-// Validate checks the key is a qualified label name and the values are
-// distinct label values.
-func (r Roles) Validate() error {
-	if errs := validation.IsQualifiedName(r.Key); len(errs) > 0 {
-		return fmt.Errorf("%w: key %q: %s", ErrInvalidRoles, r.Key, strings.Join(errs, "; "))
-	}
-	for _, v := range []string{r.Prefill, r.Decode} {
-		if v == "" {
-			return fmt.Errorf("%w: prefill and decode values must be set", ErrInvalidRoles)
-		}
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return fmt.Errorf("%w: value %q: %s", ErrInvalidRoles, v, strings.Join(errs, "; "))
-		}
-	}
-	if r.Prefill == r.Decode {
-		return fmt.Errorf("%w: prefill and decode values are both %q", ErrInvalidRoles, r.Prefill)
-	}
-	return nil
-}
-
-// Selector is the label selector of every engine pod: key in (p, d).
-func (r Roles) Selector() string {
-	return fmt.Sprintf("%s in (%s,%s)", r.Key, r.Prefill, r.Decode)
-}
-
-// Value is the label value of role (empty for RoleNone).
-func (r Roles) Value(role controller.Role) string {
-	switch role {
-	case controller.RolePrefill:
-		return r.Prefill
-	case controller.RoleDecode:
-		return r.Decode
-	}
-	return ""
-}
-
-// Parse maps a label value to a role.
-func (r Roles) Parse(v string) (controller.Role, bool) {
-	switch v {
-	case r.Prefill:
-		return controller.RolePrefill, true
-	case r.Decode:
-		return controller.RoleDecode, true
-	}
-	return controller.RoleNone, false
-}
-
-// Role returns the pod's role under these labels.
-func (r Roles) Role(pod *corev1.Pod) (controller.Role, error) {
+// RoleWith returns the pod's role under the role labels r.
+func RoleWith(r Roles, pod *corev1.Pod) (controller.Role, error) {
 	v, ok := pod.Labels[r.Key]
 	if !ok {
 		return controller.RoleNone, fmt.Errorf("pod %s/%s: %w (%s missing)", pod.Namespace, pod.Name, ErrNoRole, r.Key)
@@ -128,9 +36,9 @@ func (r Roles) Role(pod *corev1.Pod) (controller.Role, error) {
 	return role, nil
 }
 
-// EngineFromPod is the package's EngineFromPod with this role label.
-func (r Roles) EngineFromPod(pod *corev1.Pod) (controller.Engine, error) {
-	role, err := r.Role(pod)
+// EngineFromPodWith is EngineFromPod with the role labels r.
+func EngineFromPodWith(r Roles, pod *corev1.Pod) (controller.Engine, error) {
+	role, err := RoleWith(r, pod)
 	if err != nil {
 		return controller.Engine{}, err
 	}

@@ -1,4 +1,4 @@
-package service
+package kube
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/k8s/cluster"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
+	"github.com/narwhal-io/narwhal/service"
 )
 
 func kubeEnginePod(name, role string) *corev1.Pod {
@@ -43,7 +45,7 @@ func kubeEnginePod(name, role string) *corev1.Pod {
 // kubeTestConfig is a replica with second-scale lease timings and a
 // controller that acts on its first confirmation (one move, then a long
 // cooldown).
-func kubeTestConfig(pod, demandURL string) Config {
+func kubeTestConfig(pod, demandURL string) service.Config {
 	cfg := testConfig()
 	cfg.Core.StepS, cfg.Core.DemandWindowS, cfg.Core.MinEvidenceSpanS, cfg.Core.MonitorIntervalS = 0.2, 10, 2, 1
 	cfg.Core.Controller.ConfirmSteps, cfg.Core.Controller.DwellS, cfg.Core.Controller.CooldownS = 1, 0, 600
@@ -110,8 +112,8 @@ func TestKubeTwoReplicas(t *testing.T) {
 
 	type replica struct {
 		name string
-		srv  *Server
-		kube *Kube
+		srv  *service.Server
+		kube *Replica
 		core *core.Core
 		done chan error
 	}
@@ -119,11 +121,11 @@ func TestKubeTwoReplicas(t *testing.T) {
 	defer cancel()
 	var reps []*replica
 	for _, name := range []string{"core-0", "core-1"} {
-		srv, k, err := NewKubeServer(kubeTestConfig(name, leaderSvc.URL+DemandDeltasPath), cs, quiet)
+		srv, k, err := NewServer(kubeTestConfig(name, leaderSvc.URL+service.DemandDeltasPath), cs, quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &replica{name: name, srv: srv, kube: k, core: srv.core.(*DurableCore).Core, done: make(chan error, 1)}
+		r := &replica{name: name, srv: srv, kube: k, core: k.Core(), done: make(chan error, 1)}
 		proxy.mu.Lock()
 		proxy.addrs[name] = srv.Addr().String()
 		proxy.mu.Unlock()
@@ -164,10 +166,10 @@ func TestKubeTwoReplicas(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	// The deltas endpoint needs the write token; a follower refuses deltas.
-	if code, _ := do(lead, http.MethodPost, DemandDeltasPath, "", `{}`); code != http.StatusUnauthorized {
+	if code, _ := do(lead, http.MethodPost, service.DemandDeltasPath, "", `{}`); code != http.StatusUnauthorized {
 		t.Fatalf("delta without token: status %d; want 401", code)
 	}
-	if code, _ := do(follow, http.MethodPost, DemandDeltasPath, testToken, `{}`); code != http.StatusConflict {
+	if code, _ := do(follow, http.MethodPost, service.DemandDeltasPath, testToken, `{}`); code != http.StatusConflict {
 		t.Fatalf("delta to the follower: status %d; want 409", code)
 	}
 
@@ -265,80 +267,11 @@ func TestKubeTwoReplicas(t *testing.T) {
 	}
 }
 
-// TestKubeConfig: the section loads from file, environment and flags; a
-// disabled section is not validated; an enabled one names the bad field;
-// the demand URL derives from the namespace and the listen port.
-func TestKubeConfig(t *testing.T) {
-	file := writeFile(t, "c.yaml", `
-listen: ":9090"
-auth: {allow_unauthenticated: true}
-kubernetes:
-  enabled: true
-  lease_name: narwhal-core-leader
-  engine_namespace: llm
-  ship_every_s: 3
-`)
-	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "core-7", "NARWHAL_KUBERNETES_DRAIN_TIMEOUT_S": "60"}
-	cfg, err := Load([]string{"--config", file, "--kubernetes.retry_period_s", "1"}, envOf(env))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := cfg.Kubernetes
-	if !k.Enabled || k.Namespace != "narwhal" || k.PodName != "core-7" || k.EngineNamespace != "llm" ||
-		k.ShipEveryS != 3 || k.DrainTimeoutS != 60 || k.RetryPeriodS != 1 || k.LeaseDurationS != 15 {
-		t.Fatalf("kubernetes section: %+v", k)
-	}
-	if got := cfg.demandURL(); got != "http://narwhal-core-leader.narwhal.svc:9090/v1/demand/deltas" {
-		t.Fatalf("derived demand URL %q", got)
-	}
-
-	// Disabled: nothing of the section is checked.
-	off := DefaultConfig()
-	off.Auth.AllowUnauthenticated = true
-	off.Kubernetes.ShipEveryS = -1
-	if err := off.Validate(); err != nil {
-		t.Fatalf("disabled section validated: %v", err)
-	}
-	f := func(mut func(*KubernetesConfig), want string) {
-		t.Helper()
-		c := DefaultConfig()
-		c.Auth.AllowUnauthenticated = true
-		c.Kubernetes.Enabled, c.Kubernetes.Namespace, c.Kubernetes.PodName = true, "narwhal", "core-0"
-		mut(&c.Kubernetes)
-		err := c.Validate()
-		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
-			t.Fatalf("got %v; want an error containing %q", err, want)
-		}
-	}
-	f(func(k *KubernetesConfig) { k.ShipEveryS = 0 }, "kubernetes.ship_every_s must be in (0, 3600], got 0")
-	f(func(k *KubernetesConfig) { k.DemandURL = "leader:8080" }, `kubernetes.demand_url must be an absolute http(s) URL, got "leader:8080"`)
-	f(func(k *KubernetesConfig) { k.PodName = "" }, `kubernetes.pod_name must be set (or POD_NAME)`)
-	f(func(k *KubernetesConfig) { k.DrainTimeoutS = -1 }, `kubernetes.drain_timeout_s must be in (0, 86400], got -1`)
-
-	if _, err := NewKube(DefaultConfig(), fake.NewSimpleClientset(), nil); !errors.Is(err, ErrConfig) {
-		t.Fatalf("NewKube with kubernetes.enabled=false: got %v; want ErrConfig", err)
-	}
-}
-
-// TestExtraRouteErrors: a taken or empty pattern fails New instead of
-// panicking.
-func TestExtraRouteErrors(t *testing.T) {
-	rc := newRealCore(t, "e1")
-	h := http.NotFoundHandler()
-	for _, rt := range []Route{{Pattern: "/v1/events", Name: "dup", Handler: h}, {Name: "empty", Handler: h}, {Pattern: "/x", Name: "nil"}} {
-		s, err := New(testConfig(), rc, nil, WithRoutes(rt))
-		if err == nil {
-			s.Close()
-			t.Fatalf("route %+v accepted", rt)
-		}
-	}
-}
-
 // TestKubeDeployConfigLoads: the core.yaml of deploy/narwhal.yaml (the
 // chart's rendered output) loads strictly with the pod's environment,
 // enables the Kubernetes side and builds a replica on a (fake) cluster.
 func TestKubeDeployConfigLoads(t *testing.T) {
-	b, err := os.ReadFile("../deploy/narwhal.yaml")
+	b, err := os.ReadFile("../../deploy/narwhal.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +291,7 @@ func TestKubeDeployConfigLoads(t *testing.T) {
 	}
 	env := map[string]string{"POD_NAMESPACE": "narwhal", "POD_NAME": "narwhal-core-abc",
 		"NARWHAL_AUTH_TOKEN_FILE": writeFile(t, "token", "x"), "NARWHAL_AUTH_AGENT_TOKEN_FILE": writeFile(t, "agent-token", "y"), "NARWHAL_LISTEN": "127.0.0.1:0"}
-	cfg, err := Load([]string{"--config", writeFile(t, "core.yaml", cm.Data["core.yaml"])}, envOf(env))
+	cfg, err := service.Load([]string{"--config", writeFile(t, "core.yaml", cm.Data["core.yaml"])}, envOf(env))
 	if err != nil {
 		t.Fatalf("deploy config: %v", err)
 	}
@@ -367,7 +300,7 @@ func TestKubeDeployConfigLoads(t *testing.T) {
 		t.Fatalf("deploy config: %+v", k)
 	}
 	cfg.Listen = "127.0.0.1:0"
-	srv, kube, err := NewKubeServer(cfg, fake.NewSimpleClientset(), nil)
+	srv, kube, err := NewServer(cfg, fake.NewSimpleClientset(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,4 +308,39 @@ func TestKubeDeployConfigLoads(t *testing.T) {
 	if kube.DemandURL() != "http://narwhal-core-leader.narwhal.svc:8080/v1/demand/deltas" {
 		t.Fatalf("demand URL %q", kube.DemandURL())
 	}
+}
+
+// New refuses a config whose kubernetes section is off (service.ErrConfig).
+func TestNewNeedsTheSectionEnabled(t *testing.T) {
+	if _, err := New(service.DefaultConfig(), fake.NewSimpleClientset(), nil); !errors.Is(err, service.ErrConfig) {
+		t.Fatalf("New with kubernetes.enabled=false: got %v; want ErrConfig", err)
+	}
+}
+
+// Test helpers (package service's tests keep their own).
+
+const testToken = "s3cret-token"
+
+func testConfig() service.Config {
+	cfg := service.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Auth.Token = testToken
+	cfg.Auth.AgentToken = "agent-s3cret"
+	cfg.Agents.Required = false
+	cfg.HTTP.MaxBodyBytes = 64 << 10
+	cfg.HTTP.MaxLineBytes = 512
+	return cfg
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
