@@ -8,7 +8,7 @@
 // section with it, so a router that embeds the service without a cluster,
 // and the fuzz targets over the service's inputs, build without client-go
 // (the instrumented fuzz build on 2 cores took 5 min 26 s with client-go
-// in it, 1 min 28 s without). k8s/cluster, k8s/podmeta, k8s/discover and
+// in it, 1 min 41 s without). k8s/cluster, k8s/podmeta, k8s/discover and
 // k8s/actuate use these types under their old names (type aliases).
 //
 // The defaults and the lease rule (renew deadline past 1.2 × the retry
