@@ -8,6 +8,12 @@
 // service without a cluster, and the fuzz targets over its inputs, build
 // without client-go. cmd/narwhal-core calls NewServer when
 // kubernetes.enabled is set.
+//
+// Concurrency: New, CoreOptions and Bind once, before the server serves;
+// Cluster, Store, Core and DemandURL from any goroutine after Bind.
+//
+// Allocation contract: not on a request path (the deltas handler is
+// k8s/demandmerge's).
 package kube
 
 import (
