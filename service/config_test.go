@@ -2,24 +2,20 @@ package service
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-io/narwhal/service/servicetest"
 )
 
+// The config tests' file and environment helpers (servicetest's, which
+// service/kube's tests use too).
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return servicetest.WriteFile(t, name, content)
 }
 
-func envOf(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
+var envOf = servicetest.EnvOf
 
 // Precedence: flags > environment > file > defaults, per field.
 func TestLoadPrecedence(t *testing.T) {

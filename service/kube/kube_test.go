@@ -11,7 +11,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +28,7 @@ import (
 	"github.com/narwhal-io/narwhal/k8s/cluster"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
 	"github.com/narwhal-io/narwhal/service"
+	"github.com/narwhal-io/narwhal/service/servicetest"
 )
 
 func kubeEnginePod(name, role string) *corev1.Pod {
@@ -334,13 +334,7 @@ func testConfig() service.Config {
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return servicetest.WriteFile(t, name, content)
 }
 
-func envOf(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
+var envOf = servicetest.EnvOf
