@@ -136,7 +136,11 @@
 // http.max_inflight_body_bytes=128 MiB of write bodies read at once (each
 // request reserves its Content-Length, or max_body_bytes=8 MiB when
 // unknown, after authentication; one that does not fit gets 503 with
-// Retry-After: 1 and nothing is applied); http.idle_timeout_s=30 for idle
+// Retry-After: 1 and nothing is applied, and over HTTP/1 its body is then
+// read into nothing up to that reservation, within read_timeout_s, so
+// that a client still sending sees the 503 instead of a reset; not after
+// "Expect: 100-continue", whose client sends no body then);
+// http.idle_timeout_s=30 for idle
 // keep-alive connections. Routers and agents hold different tokens
 // (auth.token, auth.agent_token; they must differ): the routers' token
 // cannot overwrite an engine's KV capacity or liveness, and the agents'

@@ -2,9 +2,11 @@ package service
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -87,10 +89,23 @@ func (b *bodyBudget) wrap(h http.Handler) http.Handler {
 		if b.used.Add(n) > b.max {
 			b.used.Add(-n)
 			b.refused.Inc()
+			// HTTP/1: answer first, then read the body to its declared end
+			// (at most n bytes, within http.read_timeout_s) into nothing.
+			// Closing on a client still sending makes its kernel reset the
+			// connection, and a client (Go's among them) that meets the
+			// reset while writing reports the write error instead of
+			// this 503 and its Retry-After. A client that asked
+			// "Expect: 100-continue" sends no body after a final answer:
+			// there is nothing to wait for.
+			rc := http.NewResponseController(w)
+			linger := r.ProtoMajor == 1 && r.ContentLength != 0 && !expectsContinue(r) && rc.EnableFullDuplex() == nil
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Connection", "close")
 			writeJSON(w, http.StatusServiceUnavailable, errorReply{fmt.Sprintf(
 				"server busy: %d body bytes in flight would pass http.max_inflight_body_bytes=%d; nothing was applied, retry shortly", b.used.Load()+n, b.max)})
+			if linger && rc.Flush() == nil {
+				_, _ = io.CopyN(io.Discard, r.Body, n)
+			}
 			return
 		}
 		defer b.used.Add(-n)
@@ -106,4 +121,17 @@ func agentAuthDisabled() http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal"`)
 		writeJSON(w, http.StatusUnauthorized, errorReply{"agent reports are disabled: set auth.agent_token_file (or NARWHAL_AUTH_AGENT_TOKEN); the routers' token is not accepted here"})
 	})
+}
+
+// expectsContinue: the request carries "Expect: 100-continue" (its body
+// follows only an interim 100 answer).
+func expectsContinue(r *http.Request) bool {
+	for _, v := range r.Header.Values("Expect") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "100-continue") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -109,21 +109,18 @@ func TestConnectionCapRefusesQuicklyAndStateSavesContinue(t *testing.T) {
 // Issue 16 defect 5: concurrent request bodies are capped in bytes
 // (http.max_inflight_body_bytes): a write that does not fit is answered
 // 503 at once and applies nothing; once bodies finish, writes succeed.
-func TestConcurrentBodyBytesAreCapped(t *testing.T) {
-	cfg := testConfig()
-	cfg.HTTP.MaxBodyBytes = 64 << 10
-	cfg.HTTP.MaxInflightBodyBytes = 128 << 10
-	s, dc, _ := serveDurable(t, cfg)
-	url := "http://" + s.Addr().String() + "/v1/events"
-	line := fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`+"\n", testNow)
-	// Two slow bodies of max_body_bytes hold the whole budget.
-	var writers []*io.PipeWriter
-	results := make(chan int, 2)
+// holdBodyBudget starts two slow bodies of size bytes (the test's
+// max_body_bytes), each sending line and then waiting on its writer, and
+// returns once they hold the whole budget (2 × size); results receives
+// each one's status (-1: a client error) once its writer is finished.
+func holdBodyBudget(t *testing.T, s *Server, url, line string, size int64) (writers []*io.PipeWriter, results chan int) {
+	t.Helper()
+	results = make(chan int, 2)
 	for range 2 {
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
 		req, _ := http.NewRequest(http.MethodPost, url, pr)
-		req.ContentLength = 64 << 10
+		req.ContentLength = size
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		go func() {
 			resp, err := http.DefaultClient.Do(req)
@@ -136,13 +133,30 @@ func TestConcurrentBodyBytesAreCapped(t *testing.T) {
 		}()
 		pw.Write([]byte(line))
 	}
+	t.Cleanup(func() {
+		for _, pw := range writers {
+			pw.Close()
+		}
+	})
 	deadline := time.Now().Add(5 * time.Second)
-	for s.budget.used.Load() < 128<<10 {
+	for s.budget.used.Load() < 2*size {
 		if time.Now().After(deadline) {
-			t.Fatalf("slow bodies hold %d bytes; want %d", s.budget.used.Load(), 128<<10)
+			t.Fatalf("slow bodies hold %d bytes; want %d", s.budget.used.Load(), 2*size)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return writers, results
+}
+
+func TestConcurrentBodyBytesAreCapped(t *testing.T) {
+	cfg := testConfig()
+	cfg.HTTP.MaxBodyBytes = 64 << 10
+	cfg.HTTP.MaxInflightBodyBytes = 128 << 10
+	s, dc, _ := serveDurable(t, cfg)
+	url := "http://" + s.Addr().String() + "/v1/events"
+	line := fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`+"\n", testNow)
+	// Two slow bodies of max_body_bytes hold the whole budget.
+	writers, results := holdBodyBudget(t, s, url, line, 64<<10)
 	before := dc.State(testNow).DemandHistory
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(line))
 	req.Header.Set("Authorization", "Bearer "+testToken)
@@ -179,6 +193,82 @@ func TestConcurrentBodyBytesAreCapped(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || s.budget.used.Load() != 0 {
 		t.Fatalf("write after the budget freed: %d with %d bytes held; want 200 and 0", resp.StatusCode, s.budget.used.Load())
+	}
+}
+
+// A write refused by the body budget is answered at once, and its body
+// is then read to the declared end: a client still sending when the 503
+// goes out finishes its upload and reads the answer, where a close would
+// have reset the connection under it (Go's client then reports the write
+// error, not the 503; cmd/narwhal-core's resource test met it under load).
+func TestRefusedBodyIsReadToItsEndNotReset(t *testing.T) {
+	cfg := testConfig()
+	cfg.HTTP.MaxBodyBytes = 1 << 20
+	cfg.HTTP.MaxInflightBodyBytes = 2 << 20
+	s, _, _ := serveDurable(t, cfg)
+	line := fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`+"\n", testNow)
+	holdBodyBudget(t, s, "http://"+s.Addr().String()+"/v1/events", line, 1<<20)
+
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Past the 256 KiB Go's server reads of a body its handler left.
+	const n = 1 << 20
+	start := time.Now()
+	fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: core\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", testToken, n, line)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	status, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 503") || time.Since(start) > time.Second {
+		t.Fatalf("refused write: status %q, %v after %v; want 503 at once, before the body is sent", status, err, time.Since(start))
+	}
+	// Past the 500 ms Go's server waits before closing a connection it
+	// did not read to the end.
+	time.Sleep(800 * time.Millisecond)
+	// The rest in two writes: a reset answers the first, and the second
+	// meets it (what a client sending a large body sees).
+	half := (n - len(line)) / 2
+	for i, part := range []string{strings.Repeat(" ", half), strings.Repeat(" ", n-len(line)-half-1) + "\n"} {
+		if _, err := c.Write([]byte(part)); err != nil {
+			t.Fatalf("sending part %d of the rest of the refused body: %v; want the body read, not the connection reset", i+1, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("after the refused body was sent: %v; want the 503's body and a clean close (read %q)", err, rest)
+	}
+	if !strings.Contains(string(rest), "max_inflight_body_bytes") || !strings.Contains(string(rest), "Retry-After: 1") {
+		t.Fatalf("refused write's answer %q; want Retry-After and the reason", rest)
+	}
+	if got := s.budget.used.Load(); got != 2<<20 {
+		t.Fatalf("budget after the refusal: %d bytes held; want the two slow bodies' %d (the refused body is discarded, not reserved)", got, 2<<20)
+	}
+}
+
+// A refused write that asked "Expect: 100-continue" gets the 503 and the
+// connection closes at once: its client sends no body after a final
+// answer, so the refusal does not wait for one until read_timeout_s.
+func TestRefusedExpectContinueIsNotKeptWaiting(t *testing.T) {
+	cfg := testConfig()
+	cfg.HTTP.MaxBodyBytes = 1 << 20
+	cfg.HTTP.MaxInflightBodyBytes = 2 << 20
+	s, _, _ := serveDurable(t, cfg)
+	holdBodyBudget(t, s, "http://"+s.Addr().String()+"/v1/events", fmt.Sprintf(`{"type":"offer_started","ts_ns":%d}`+"\n", testNow), 1<<20)
+
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: core\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", testToken, 1<<20)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	all, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(all), "HTTP/1.1 503") || time.Since(start) > 2*time.Second {
+		t.Fatalf("refused write with Expect: %q, %v after %v; want the 503 and a close at once", all, err, time.Since(start))
 	}
 }
 

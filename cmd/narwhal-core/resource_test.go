@@ -73,9 +73,9 @@ func concurrentBodies(t *testing.T, p *coreProc, body []byte, n, rounds int) map
 					code = resp.StatusCode
 					resp.Body.Close()
 				} else {
-					// A reset instead of the early 503 (the server closes
-					// a refused upload; Go waits 500 ms before the RST):
-					// say which, so a failure under load is readable.
+					// The server reads a refused upload to its end after
+					// the 503 (service/limits.go), so a client error here
+					// is a reset or a timeout: say which.
 					t.Logf("POST /v1/events: %v", err)
 				}
 				mu.Lock()
