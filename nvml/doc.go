@@ -45,7 +45,10 @@
 // NVML calls can hang (go-nvml #152), so every call made by Client runs on
 // one worker goroutine under a timeout; after a timeout the worker stays
 // busy until the hung call returns and later calls fail fast with
-// ErrTimeout instead of piling up goroutines. A panic inside the library
+// ErrTimeout instead of piling up goroutines. NVML counts initialisations
+// and unloads at the last Shutdown: an Init that answers SUCCESS after its
+// call timed out is shut down before the next Init and by Shutdown, so
+// the count does not grow with each hang. A panic inside the library
 // wrapper (e.g. an unset mock function) is recovered and reported as that
 // call failing.
 //

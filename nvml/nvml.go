@@ -26,6 +26,11 @@ type Client struct {
 	log     *slog.Logger
 	worker  chan struct{} // capacity 1: held while a call runs
 	inited  atomic.Bool
+	// held counts the library's successful Inits not yet matched by a
+	// Shutdown (NVML counts them too, and unloads at the last Shutdown).
+	// An Init that returns after its timeout still counts: it is
+	// released before the next Init and by Shutdown.
+	held atomic.Int32
 }
 
 // NewClient returns a client over lib; timeout bounds each call (<= 0: 5 s).
@@ -80,9 +85,11 @@ func safe(f func() gonvml.Return) (ret gonvml.Return) {
 // Init loads and initialises NVML.
 func (c *Client) Init(ctx context.Context) error {
 	err := c.call(ctx, "Init", func() error {
+		c.release()
 		ret := c.lib.Init()
 		switch ret {
 		case gonvml.SUCCESS:
+			c.held.Add(1)
 			return nil
 		case gonvml.ERROR_LIBRARY_NOT_FOUND:
 			return ErrLibraryNotFound
@@ -95,17 +102,28 @@ func (c *Client) Init(ctx context.Context) error {
 	return err
 }
 
-// Shutdown releases NVML.
+// Shutdown releases NVML: every Init the client holds, including one
+// that completed after its call had timed out.
 func (c *Client) Shutdown(ctx context.Context) error {
-	if !c.inited.Swap(false) {
+	c.inited.Store(false)
+	if c.held.Load() == 0 {
 		return nil
 	}
-	return c.call(ctx, "Shutdown", func() error {
+	return c.call(ctx, "Shutdown", c.release)
+}
+
+// release shuts the library down once per Init held (on the worker).
+// A Shutdown that fails is not retried: the library answered that it
+// holds no more.
+func (c *Client) release() error {
+	for c.held.Load() > 0 {
 		if ret := safe(c.lib.Shutdown); ret != gonvml.SUCCESS {
+			c.held.Store(0)
 			return fmt.Errorf("nvml: Shutdown: %s", ret.Error())
 		}
-		return nil
-	})
+		c.held.Add(-1)
+	}
+	return nil
 }
 
 // Read limits: counts beyond them are not what a node holds but garbage

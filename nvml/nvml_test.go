@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,9 +156,29 @@ func TestMIG(t *testing.T) {
 	}
 }
 
+// An Init that hangs past its timeout fails fast while it holds the
+// worker; once it returns, the client initialises again, and every Init
+// the library answered SUCCESS to (the late one too) is matched by one
+// Shutdown, so NVML's count of initialisations returns to zero.
 func TestInitTimeoutAndHang(t *testing.T) {
 	release := make(chan struct{})
-	lib := &mock.Interface{InitFunc: func() gonvml.Return { <-release; return gonvml.SUCCESS }}
+	var mu sync.Mutex
+	inits, shutdowns := 0, 0
+	lib := &mock.Interface{
+		InitFunc: func() gonvml.Return {
+			<-release
+			mu.Lock()
+			defer mu.Unlock()
+			inits++
+			return gonvml.SUCCESS
+		},
+		ShutdownFunc: func() gonvml.Return {
+			mu.Lock()
+			defer mu.Unlock()
+			shutdowns++
+			return gonvml.SUCCESS
+		},
+	}
 	c := NewClient(lib, 20*time.Millisecond, nil)
 	if err := c.Init(context.Background()); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("unexpected error; got %v; want ErrTimeout", err)
@@ -176,6 +197,17 @@ func TestInitTimeoutAndHang(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("client did not recover after the hang ended: %v", err)
 		}
+	}
+	if err := c.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if inits != 2 || shutdowns != 2 {
+		t.Fatalf("library calls: %d Inits (the late one and the recovery), %d Shutdowns; want 2 and 2", inits, shutdowns)
+	}
+	mu.Unlock()
+	if err := c.Shutdown(context.Background()); err != nil || shutdowns != 2 {
+		t.Fatalf("second Shutdown: %v, %d library Shutdowns; want nothing more", err, shutdowns)
 	}
 	if _, err := NewClient(lib, time.Second, nil).Devices(context.Background()); !errors.Is(err, ErrNotInitialized) {
 		t.Fatalf("unexpected error; got %v; want ErrNotInitialized", err)
