@@ -156,7 +156,12 @@
 // RunSuite runs the scenarios; SummarizeSuite gives per policy and group
 // (half × all/shifting/stationary) the distribution (mean, p10, worst,
 // count below zero) of its attainment minus static-best's and minus
-// threshold's, in points, and moves and quick reversals per hour.
+// threshold's, in points, and moves and quick reversals per hour. Each
+// scenario also runs its opening split held for the hour
+// (ScenarioResult.Opening, a "static_opening" row): narwhal minus it
+// (SuiteRow.VsOpening) is what the controller's moves are worth, apart
+// from where it started; the row itself, what starting there costs
+// against static-best.
 // SuiteOptions.Oracle (--oracle) also searches each scenario's hindsight
 // schedule from static-best's split (suite_oracle.go; cached with the
 // baseline) and adds an "oracle" row (oracle − static-best: the headroom

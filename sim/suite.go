@@ -10,6 +10,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,8 +122,12 @@ type ScenarioResult struct {
 	Baseline SuiteBaseline      `json:"baseline"`
 	Narwhal  map[string]Outcome `json:"narwhal"` // by variant name
 	// InitialPrefill: the prefill engines narwhal and threshold start with.
-	InitialPrefill int     `json:"initial_prefill"`
-	WallS          float64 `json:"wall_s"`
+	InitialPrefill int `json:"initial_prefill"`
+	// Opening: that split held for the whole run (static:InitialPrefill).
+	// Narwhal minus it is what the controller's moves are worth; it minus
+	// static-best, what the opening split costs.
+	Opening *Outcome `json:"static_opening,omitempty"`
+	WallS   float64  `json:"wall_s"`
 	// Oracle: the hindsight schedule from static-best (SuiteOptions.Oracle).
 	Oracle *ScenarioOracle `json:"oracle,omitempty"`
 }
@@ -266,6 +271,12 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 		return res, bl, err
 	}
 	bl.Threshold = outcomeOf(r)
+	c.Policy = fmt.Sprintf("static:%d", cfg.InitialPrefill)
+	if r, err = Run(ctx, c, reqs); err != nil {
+		return res, bl, fmt.Errorf("static at the opening split: %w", err)
+	}
+	op := outcomeOf(r)
+	res.Opening = &op
 	res.Baseline = bl
 	res.Baseline.Oracle = nil
 	if o.Oracle {
@@ -588,7 +599,12 @@ type SuiteRow struct {
 	// schedule's, in points (only with SuiteOptions.Oracle). The oracle's
 	// own rows (Policy "oracle") carry oracle − static-best in
 	// VsStaticBest.
-	VsOracle     *DeltaStats `json:"vs_oracle,omitempty"`
+	VsOracle *DeltaStats `json:"vs_oracle,omitempty"`
+	// VsOpening: a narwhal variant's attainment minus its opening split
+	// held for the run (ScenarioResult.Opening), in points: what its
+	// moves are worth. The "static_opening" rows carry opening −
+	// static-best in VsStaticBest.
+	VsOpening    *DeltaStats `json:"vs_static_opening,omitempty"`
 	MovesPerHour float64     `json:"moves_per_hour"`
 	QuickRevPerH float64     `json:"quick_reversals_per_hour"`
 }
@@ -603,24 +619,26 @@ type SuiteRow struct {
 // variant's VsOracle its attainment minus the oracle's.
 func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 	var rows []SuiteRow
-	pols := []string{"threshold"}
+	var opening, oracle, late bool
 	for _, r := range results {
-		if r.Oracle != nil {
-			pols = append(pols, "oracle")
-			break
-		}
+		opening = opening || r.Opening != nil
+		oracle = oracle || r.Oracle != nil
+		late = late || r.Oracle != nil && r.Oracle.Late != nil
 	}
-	for _, r := range results {
-		if r.Oracle != nil && r.Oracle.Late != nil {
-			pols = append(pols, "oracle_late")
-			break
+	pols := []string{"threshold"}
+	for _, p := range []struct {
+		name string
+		on   bool
+	}{{"static_opening", opening}, {"oracle", oracle}, {"oracle_late", late}} {
+		if p.on {
+			pols = append(pols, p.name)
 		}
 	}
 	pols = append(pols, variants...)
 	for _, half := range []string{"tune", "held", "dev", "all"} {
 		for _, shift := range []string{"all", "shifting", "stationary"} {
 			for _, pol := range pols {
-				var vsSB, vsTh, vsOr []float64
+				var vsSB, vsTh, vsOr, vsOp []float64
 				var sumAtt, moves, quick, hours float64
 				for _, r := range results {
 					if half != "all" && r.Scenario.Half != half ||
@@ -630,6 +648,11 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 					oc := r.Baseline.Threshold
 					switch pol {
 					case "threshold":
+					case "static_opening":
+						if r.Opening == nil {
+							continue
+						}
+						oc = *r.Opening
 					case "oracle":
 						if r.Oracle == nil {
 							continue
@@ -648,6 +671,9 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 						vsTh = append(vsTh, 100*(oc.Attainment-r.Baseline.Threshold.Attainment))
 						if r.Oracle != nil {
 							vsOr = append(vsOr, 100*(oc.Attainment-r.Oracle.Outcome.Attainment))
+						}
+						if r.Opening != nil {
+							vsOp = append(vsOp, 100*(oc.Attainment-r.Opening.Attainment))
 						}
 					}
 					vsSB = append(vsSB, 100*(oc.Attainment-r.Baseline.StaticBest))
@@ -672,6 +698,10 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 					s := NewDeltaStats(vsOr)
 					row.VsOracle = &s
 				}
+				if len(vsOp) > 0 {
+					s := NewDeltaStats(vsOp)
+					row.VsOpening = &s
+				}
 				rows = append(rows, row)
 			}
 		}
@@ -679,10 +709,11 @@ func SummarizeSuite(results []ScenarioResult, variants []string) []SuiteRow {
 	return rows
 }
 
-// baselinePolicy: a summary row of a yardstick (threshold, the hindsight
-// schedule on time or late), not of a narwhal variant.
+// baselinePolicy: a summary row of a yardstick (threshold, the opening
+// split held, the hindsight schedule on time or late), not of a narwhal
+// variant.
 func baselinePolicy(pol string) bool {
-	return pol == "threshold" || pol == "oracle" || pol == "oracle_late"
+	return pol == "threshold" || pol == "static_opening" || pol == "oracle" || pol == "oracle_late"
 }
 
 // WriteSuiteTable prints the summary rows as a Markdown table, then the
@@ -741,6 +772,15 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 			st.VsStaticBest.Mean, verdict(st.N == 0 || st.VsStaticBest.Mean >= -1),
 			r.QuickRevPerH, verdict(r.QuickRevPerH <= 1))
 	}
+	for _, r := range rows {
+		half, ok := strings.CutSuffix(r.Group, "/all")
+		if baselinePolicy(r.Policy) || r.VsOpening == nil || !ok || half == "all" {
+			continue
+		}
+		sh, st := byGroup[r.Policy+"@"+half+"/shifting"], byGroup[r.Policy+"@"+half+"/stationary"]
+		p("- %s, %s half: its moves are worth %+.2f pt over holding its opening split (shifting %s, stationary %s); the opening split held is %+.2f pt from static-best\n",
+			r.Policy, half, r.VsOpening.Mean, openingMean(sh), openingMean(st), byGroup["static_opening@"+r.Group].VsStaticBest.Mean)
+	}
 	if or, ok := byGroup["oracle@held/shifting"]; ok {
 		sb := or.VsStaticBest
 		p("- headroom: the hindsight schedule gains %+.2f pt (p10 %+.2f) over static-best on the held half's %d shifting scenarios run: "+
@@ -752,6 +792,14 @@ func WriteSuiteTable(w io.Writer, rows []SuiteRow) error {
 			sb.Mean, sb.P10, sb.N)
 	}
 	return err
+}
+
+// openingMean is a row's mean against its opening split, "–" without one.
+func openingMean(r SuiteRow) string {
+	if r.VsOpening == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%+.2f", r.VsOpening.Mean)
 }
 
 func headroomVerdict(gain float64) string {

@@ -248,6 +248,8 @@ func TestSummarizeSuiteKnownInputs(t *testing.T) {
 		mk("tune", KindStationary, 0.90, 0.70, 0.89, 2, 0),
 		mk("held", KindDrift, 0.85, 0.88, 0.87, 6, 2),
 	}
+	// the opening split held: 0.70 and 0.90 on tune, none on held
+	res[0].Opening, res[1].Opening = &Outcome{Attainment: 0.70}, &Outcome{Attainment: 0.90}
 	rows := SummarizeSuite(res, []string{"n"})
 	get := func(pol, group string) SuiteRow {
 		for _, r := range rows {
@@ -272,8 +274,18 @@ func TestSummarizeSuiteKnownInputs(t *testing.T) {
 	if r := get("threshold", "all/all"); r.N != 3 || math.Abs(r.VsStaticBest.Mean-(5-20+3)/3.0) > 1e-9 || r.VsThreshold != nil || r.MovesPerHour != 20 {
 		t.Fatalf("threshold all/all: %+v", r)
 	}
+	// narwhal − opening: +20 and −1 on tune; opening − static-best −10, 0
+	if r := get("n", "tune/all"); r.VsOpening == nil || r.VsOpening.N != 2 || math.Abs(r.VsOpening.Mean-9.5) > 1e-9 || math.Abs(r.VsOpening.Worst+1) > 1e-9 {
+		t.Fatalf("tune/all against the opening split: %+v", r.VsOpening)
+	}
+	if r := get("static_opening", "tune/all"); r.N != 2 || math.Abs(r.VsStaticBest.Mean+5) > 1e-9 || r.VsThreshold != nil || r.VsOpening != nil {
+		t.Fatalf("static_opening tune/all: %+v", r)
+	}
+	if r := get("n", "held/all"); r.VsOpening != nil {
+		t.Fatalf("held/all has no opening runs, yet %+v", r.VsOpening)
+	}
 	for _, r := range rows {
-		if r.Group == "held/stationary" {
+		if r.Group == "held/stationary" || r.Policy == "static_opening" && r.Group == "held/all" {
 			t.Fatalf("a row for an empty group: %+v", r)
 		}
 	}
@@ -331,6 +343,23 @@ func TestRunQuickSuiteAndBaselineCache(t *testing.T) {
 		n, ok := r.Narwhal["narwhal"]
 		if !ok || n.Attainment <= 0 || n.Attainment > 1 {
 			t.Fatalf("%s: narwhal %+v", r.Scenario.Name, n)
+		}
+		// The opening split held: the same as a static run at that split.
+		reqs, _, _, err := r.Scenario.Workload(src, b.RateScale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := scenarioConfig(r.Scenario, b.TTFTSLOS, b.TPOTSLOS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Policy = "static:" + strconv.Itoa(r.InitialPrefill)
+		st, err := Run(context.Background(), cfg, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Opening == nil || r.Opening.Attainment != st.SLOAttainment || r.Opening.Moves != 0 {
+			t.Fatalf("%s: opening %+v; want static:%d's %.4f and no move", r.Scenario.Name, r.Opening, r.InitialPrefill, st.SLOAttainment)
 		}
 	}
 	// A cached baseline is used as is (no calibration): a marked value
@@ -418,6 +447,10 @@ func TestWriteSuiteTableAcceptance(t *testing.T) {
 		res = append(res, mk("held", KindShift, 0.85, 0.86, 0.89, 1))
 	}
 	res = append(res, mk("held", KindStationary, 0.90, 0.91, 0.895, 0)) // −0.5 vs static-best, −1.5 vs threshold
+	for i := range res {                                                // the opening split held: 0.84 shifting (narwhal +5, static-best +1), 0.90 stationary (narwhal −0.5, static-best 0)
+		res[i].Opening = &Outcome{Attainment: 0.84}
+	}
+	res[9].Opening = &Outcome{Attainment: 0.90}
 	var b strings.Builder
 	if err := WriteSuiteTable(&b, SummarizeSuite(res, []string{"n"})); err != nil {
 		t.Fatal(err)
@@ -430,6 +463,7 @@ func TestWriteSuiteTableAcceptance(t *testing.T) {
 		"mean vs static-best on shifting +4.00 pt (want ≥ +3): met",
 		"on stationary -0.50 pt (want ≥ −1): met",
 		"quick reversals 0.90/h (want ≤ 1): met",
+		"- n, held half: its moves are worth +4.45 pt over holding its opening split (shifting +5.00, stationary -0.50); the opening split held is -0.90 pt from static-best",
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("table lacks %q:\n%s", want, out)
@@ -460,6 +494,10 @@ func TestSuiteCalibrationDeterministic(t *testing.T) {
 		a[i].WallS, b[i].WallS = 0, 0
 		for _, r := range []*ScenarioResult{&a[i], &b[i]} {
 			r.Baseline.Threshold.WallS = 0
+			if r.Opening == nil {
+				t.Fatalf("%s: no static run at the opening split", r.Scenario.Name)
+			}
+			r.Opening.WallS = 0
 			n := r.Narwhal["narwhal"]
 			n.WallS = 0
 			r.Narwhal["narwhal"] = n
