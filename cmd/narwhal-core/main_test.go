@@ -89,19 +89,25 @@ type decisionRec struct {
 	} `json:"moves"`
 }
 
-// loadUntil posts decode-heavy traffic (short prompts, long outputs;
-// perTick requests every 200 ms: 2 push one OPT-13B decode engine over
+// loadUntil offers decode-heavy traffic (short prompts, long outputs) at
+// perTick requests per 200 ms (2 push one OPT-13B decode engine over
 // target, 4 push two) until stop returns true or the deadline passes.
+// The rate is the arrivals' timestamps', not the loop's: each post
+// carries every arrival due since the last one (a slow round trip, e.g.
+// under -race on a loaded machine, makes bigger posts, not less demand;
+// at most 5 s of arrivals are caught up).
 func loadUntil(t *testing.T, p *coreProc, perTick int, deadline time.Duration, stop func() bool) bool {
 	t.Helper()
+	gap := int64(200*time.Millisecond) / int64(perTick)
 	end := time.Now().Add(deadline)
+	next := time.Now().UnixNano()
 	for time.Now().Before(end) {
 		var b strings.Builder
 		now := time.Now().UnixNano()
-		for r := 0; r < perTick; r++ {
-			a := now + int64(r)*1e6
-			fmt.Fprintf(&b, "{\"type\":\"offer_started\",\"ts_ns\":%d}\n", a)
-			fmt.Fprintf(&b, "{\"type\":\"sized\",\"ts_ns\":%d,\"est_input_tokens\":100,\"requested_output_tokens\":512}\n", a)
+		next = max(next, now-int64(5*time.Second))
+		for ; next <= now; next += gap {
+			fmt.Fprintf(&b, "{\"type\":\"offer_started\",\"ts_ns\":%d}\n", next)
+			fmt.Fprintf(&b, "{\"type\":\"sized\",\"ts_ns\":%d,\"est_input_tokens\":100,\"requested_output_tokens\":512}\n", next)
 		}
 		if r := p.PostEvents(t, b.String()); !strings.HasPrefix(r, "200 ") {
 			t.Fatalf("POST /v1/events: %s", r)
