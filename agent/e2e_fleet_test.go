@@ -17,6 +17,7 @@ import (
 	"github.com/narwhal-io/narwhal/core/controller"
 	"github.com/narwhal-io/narwhal/core/fleet"
 	"github.com/narwhal-io/narwhal/core/wire"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 
 	"github.com/narwhal-io/narwhal/agent/engine"
 )
@@ -72,13 +73,7 @@ func fakeEngine(t *testing.T, file string) (*httptest.Server, *atomic.Value) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 5*time.Second, what, cond)
 }
 
 func testConfig(t *testing.T, coreURL, engineURL string) Config {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/actuate"
 	"github.com/narwhal-io/narwhal/k8s/clusterconfig"
 	"github.com/narwhal-io/narwhal/k8s/leader"
@@ -67,13 +68,7 @@ func testConfig() Config {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, cond)
 }
 
 func roles(t *testing.T, cs *fake.Clientset) map[string]string {

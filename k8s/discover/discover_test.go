@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
 )
 
@@ -73,13 +74,7 @@ func enginePod(name, role, node string, ready bool) *corev1.Pod {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 5*time.Second, what, cond)
 }
 
 func equal(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }

@@ -12,6 +12,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent"
 	"github.com/narwhal-io/narwhal/agent/kubediscover"
 	"github.com/narwhal-io/narwhal/agent/podresources"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/kubetest"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
 )
@@ -92,7 +93,7 @@ func TestAgentDiscoversPodsOnItsNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "two engines on node-a", func() bool { return len(sink.get()) == 2 })
+	testwait.For(t, 10*time.Second, "two engines on node-a", func() bool { return len(sink.get()) == 2 })
 	got := sink.get()
 	d, p := got["decode-a"], got["prefill-a"]
 	if d.MetricsURL != "http://10.9.0.1:8000/metrics" || d.Kind != "vllm" || d.Role != "decode" || d.Node != "node-a" ||
@@ -107,9 +108,9 @@ func TestAgentDiscoversPodsOnItsNode(t *testing.T) {
 		[]byte(`{"metadata":{"labels":{"llm-d.ai/role":"prefill"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "decode-a's new role", func() bool { return sink.get()["decode-a"].Role == "prefill" })
+	testwait.For(t, 10*time.Second, "decode-a's new role", func() bool { return sink.get()["decode-a"].Role == "prefill" })
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "prefill-a", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "prefill-a gone", func() bool { _, ok := sink.get()["prefill-a"]; return !ok && len(sink.get()) == 1 })
+	testwait.For(t, 10*time.Second, "prefill-a gone", func() bool { _, ok := sink.get()["prefill-a"]; return !ok && len(sink.get()) == 1 })
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/cluster"
 	"github.com/narwhal-io/narwhal/k8s/kubetest"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
@@ -130,7 +131,7 @@ func TestLeaderFailoverAcrossThreeCores(t *testing.T) {
 		enginePod("core-0", "n3", nil, nil), enginePod("core-1", "n4", nil, nil), enginePod("core-2", "n5", nil, nil))
 
 	rs := []*replica{startReplica(t, c, ns, "core-0"), startReplica(t, c, ns, "core-1"), startReplica(t, c, ns, "core-2")}
-	waitFor(t, 30*time.Second, "one leader that moved one engine", func() bool {
+	testwait.For(t, 30*time.Second, "one leader that moved one engine", func() bool {
 		return len(leaders(rs)) == 1 && roleCount(t, c, ns, "decode") == 2
 	})
 	first := leaders(rs)[0]
@@ -139,7 +140,7 @@ func TestLeaderFailoverAcrossThreeCores(t *testing.T) {
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != first.name {
 		t.Fatalf("lease %+v, %v; want held by %s", lease, err, first.name)
 	}
-	waitFor(t, 10*time.Second, "leader label on the leader's pod only", func() bool {
+	testwait.For(t, 10*time.Second, "leader label on the leader's pod only", func() bool {
 		n := 0
 		for _, r := range rs {
 			p, err := c.CoreV1().Pods(ns).Get(ctx, r.name, metav1.GetOptions{})
@@ -156,7 +157,7 @@ func TestLeaderFailoverAcrossThreeCores(t *testing.T) {
 		}
 		return n == 1
 	})
-	waitFor(t, 10*time.Second, "controller state saved", func() bool {
+	testwait.For(t, 10*time.Second, "controller state saved", func() bool {
 		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "narwhal-core-state", metav1.GetOptions{})
 		return err == nil && len(cm.Data["controller-state.json"]) > 0
 	})
@@ -173,7 +174,7 @@ func TestLeaderFailoverAcrossThreeCores(t *testing.T) {
 			rest = append(rest, r)
 		}
 	}
-	waitFor(t, 30*time.Second, "a new leader", func() bool { return len(leaders(rest)) == 1 })
+	testwait.For(t, 30*time.Second, "a new leader", func() bool { return len(leaders(rest)) == 1 })
 	second := leaders(rest)[0]
 	took := time.Since(killed)
 	lease, err = c.CoordinationV1().Leases(ns).Get(ctx, "narwhal-core-leader", metav1.GetOptions{})
@@ -181,7 +182,7 @@ func TestLeaderFailoverAcrossThreeCores(t *testing.T) {
 		t.Fatalf("lease after failover: %+v, %v; want held by %s", lease.Spec, err, second.name)
 	}
 	t.Logf("failover %s -> %s after %v (lease 2 s)", first.name, second.name, took.Round(time.Millisecond))
-	waitFor(t, 10*time.Second, "the new leader stepping", func() bool { return second.k.Steps() >= 5 })
+	testwait.For(t, 10*time.Second, "the new leader stepping", func() bool { return second.k.Steps() >= 5 })
 	if d, p := roleCount(t, c, ns, "decode"), roleCount(t, c, ns, "prefill"); d != 2 || p != 3 {
 		t.Fatalf("after failover: %d decode %d prefill pods; want 2 and 3 (the restored cooldown blocks a second move)", d, p)
 	}

@@ -24,17 +24,6 @@ func TestMain(m *testing.M) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // readyStatus is what a kubelet reports for a started pod.
 func readyStatus(ip string, readySince time.Time) corev1.PodStatus {
 	return corev1.PodStatus{

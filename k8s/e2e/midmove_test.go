@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/cluster"
 	"github.com/narwhal-io/narwhal/k8s/kubetest"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
@@ -475,7 +476,7 @@ func takeOver(t *testing.T, rs []*midReplica, first *midReplica) *midReplica {
 			second = r
 		}
 	}
-	waitFor(t, 5*midLeaseS*time.Second, "the second replica to lead", second.k.IsLeader)
+	testwait.For(t, 5*midLeaseS*time.Second, "the second replica to lead", second.k.IsLeader)
 	return second
 }
 
@@ -483,7 +484,7 @@ func takeOver(t *testing.T, rs []*midReplica, first *midReplica) *midReplica {
 // restored cooldown, checks it, and checks the agreement once it is done.
 func newLeaderMoves(t *testing.T, c kubernetes.Interface, ns string, second *midReplica, f *fakeEngines, d1 controller.Decision) controller.Decision {
 	t.Helper()
-	waitFor(t, (midCooldownS+10)*time.Second, "the new leader's first move", func() bool { return len(second.moveDecisions()) > 0 })
+	testwait.For(t, (midCooldownS+10)*time.Second, "the new leader's first move", func() bool { return len(second.moveDecisions()) > 0 })
 	ds := second.moveDecisions()
 	d2 := ds[0]
 	if len(ds) != 1 || len(d2.Moves) != 1 || d2.Seq <= d1.Seq {
@@ -549,7 +550,7 @@ func leaderDiesWhileDraining(t *testing.T, crash bool) {
 	if crash {
 		// Until the new leader sweeps the mark, the engine takes no work,
 		// but everything already agrees on its role: the pod's.
-		waitFor(t, 3*time.Second, "the new leader's row and saved state of "+moving+" in the pod's role", func() bool {
+		testwait.For(t, 3*time.Second, "the new leader's row and saved state of "+moving+" in the pod's role", func() bool {
 			st, err := savedState(c, ns)
 			if err != nil || st.Seq <= d1.Seq {
 				return false

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/actuate"
 	"github.com/narwhal-io/narwhal/k8s/discover"
 	"github.com/narwhal-io/narwhal/k8s/kubetest"
@@ -139,7 +140,7 @@ func deployRoles(t *testing.T, c kubernetes.Interface, ns string, prefill, decod
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 60*time.Second, "role deployments ready", func() bool {
+	testwait.For(t, 60*time.Second, "role deployments ready", func() bool {
 		return len(livePods(t, c, ns, "prefill")) == int(prefill) && len(livePods(t, c, ns, "decode")) == int(decode)
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/actuate"
 	"github.com/narwhal-io/narwhal/k8s/cluster"
 	"github.com/narwhal-io/narwhal/k8s/kubetest"
@@ -185,10 +186,10 @@ func TestChartRBAC(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- k.Run(rctx) }()
-	waitFor(t, 30*time.Second, "the core leading and moving one engine", func() bool {
+	testwait.For(t, 30*time.Second, "the core leading and moving one engine", func() bool {
 		return k.IsLeader() && roleCount(t, admin, ns, "decode") == 2
 	})
-	waitFor(t, 10*time.Second, "state saved and leader label set", func() bool {
+	testwait.For(t, 10*time.Second, "state saved and leader label set", func() bool {
 		cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, cfg.StateConfigMap, metav1.GetOptions{})
 		p, perr := admin.CoreV1().Pods(ns).Get(ctx, "narwhal-core-0", metav1.GetOptions{})
 		return err == nil && len(cm.Data[cfg.StateKey]) > 0 && perr == nil && p.Labels[cluster.LabelLeader] == "true"
@@ -220,7 +221,7 @@ func TestChartRBAC(t *testing.T) {
 
 	// The agent: its node's engine pods.
 	sink := runDiscovery(t, agentC, kubediscover.Config{Namespace: ns}, "n0")
-	waitFor(t, 10*time.Second, "the agent's engines on n0", func() bool { return len(sink.get()) == 2 })
+	testwait.For(t, 10*time.Second, "the agent's engines on n0", func() bool { return len(sink.get()) == 2 })
 
 	if d := coreDenied.list(); len(d) > 0 {
 		t.Fatalf("the chart's RBAC refused the core's calls: %v", d)

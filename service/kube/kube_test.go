@@ -25,6 +25,7 @@ import (
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testwait"
 	"github.com/narwhal-io/narwhal/k8s/cluster"
 	"github.com/narwhal-io/narwhal/k8s/podmeta"
 	"github.com/narwhal-io/narwhal/service"
@@ -63,13 +64,7 @@ func kubeTestConfig(pod, demandURL string) service.Config {
 
 func kubeWait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, cond)
 }
 
 // leaderProxy plays the narwhal-core-leader Service: it forwards to the
