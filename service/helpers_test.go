@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/narwhal-io/narwhal/internal/testwait"
 )
 
 // serving runs s.Serve until the test ends; the cleanup fails the test if
@@ -21,14 +23,8 @@ func serving(t *testing.T, s *Server) {
 	})
 }
 
-// eventually polls cond every 5 ms until it holds, failing the test
-// after 10 s.
+// eventually waits up to 10 s for cond (internal/testwait).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10 s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, cond)
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// fatalRecorder is a testing.TB whose Fatalf records the message and ends
-// the calling goroutine, as testing.T's does.
+// fatalRecorder is a testing.TB whose Fatalf records the message and
+// panics, so that For stops there as it would at testing.T's Fatalf.
 type fatalRecorder struct {
 	testing.TB
 	msg string
