@@ -156,7 +156,9 @@
 // RunSuite runs the scenarios; SummarizeSuite gives per policy and group
 // (half × all/shifting/stationary) the distribution (mean, p10, worst,
 // count below zero) of its attainment minus static-best's and minus
-// threshold's, in points, and moves and quick reversals per hour. Each
+// threshold's, in points, and moves and quick reversals per hour;
+// AcceptanceOf reads issue 20's acceptance 1 from those rows (the suite's
+// table and benchmarks/slo/pairs both print it). Each
 // scenario also runs its opening split held for the hour
 // (ScenarioResult.Opening, a "static_opening" row): narwhal minus it
 // (SuiteRow.VsOpening) is what the controller's moves are worth, apart

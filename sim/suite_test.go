@@ -634,3 +634,42 @@ func TestGenerateDevDrawsAreFurtherDrawsOfTheGrid(t *testing.T) {
 		}
 	}
 }
+
+// Acceptance 1 counts a scenario exactly half a point under threshold as
+// within, though the difference of the two attainments rounds below −0.5
+// (100·(0.75 − 0.755) = −0.5000000000000004), and AcceptanceOf reads the
+// five targets from the summary rows.
+func TestAcceptanceOfAtTheHalfPointEdge(t *testing.T) {
+	x, y := 0.75, 0.755 // variables: a constant expression would be exact
+	if d := 100 * (x - y); d >= -0.5 {
+		t.Fatalf("the edge case no longer rounds below −0.5 (%v): pick another pair", d)
+	}
+	mk := func(kind string, narwhal, best, thr float64, quick int) ScenarioResult {
+		var r ScenarioResult
+		r.Scenario.Half, r.Scenario.Kind = "held", kind
+		r.Baseline.StaticBest, r.Baseline.Threshold.Attainment, r.Baseline.SimSeconds = best, thr, 3600
+		r.Narwhal = map[string]Outcome{"n": {Attainment: narwhal, QuickReversals: quick}}
+		return r
+	}
+	res := []ScenarioResult{
+		mk(KindShift, 0.75, 0.70, 0.755, 1),     // −0.5 vs threshold: within; +5 vs static-best
+		mk(KindShift, 0.80, 0.79, 0.81, 0),      // −1: outside; +1
+		mk(KindStationary, 0.90, 0.905, 0.8, 0), // +10; −0.5
+		mk(KindStationary, 0.85, 0.86, 0.84, 1), // +1; −1
+	}
+	a, ok := AcceptanceOf(SummarizeSuite(res, []string{"n"}), "n", "held")
+	if !ok {
+		t.Fatal("no acceptance for n on the held half")
+	}
+	if a.N != 4 || math.Abs(a.WithinShare-0.75) > 1e-9 || math.Abs(a.VsThreshold-(-0.5-1+10+1)/4) > 1e-9 ||
+		math.Abs(a.Shifting-3) > 1e-9 || a.NShifting != 2 || math.Abs(a.Stationary+0.75) > 1e-9 || a.NStationary != 2 ||
+		math.Abs(a.QuickRevPerH-0.5) > 1e-9 {
+		t.Fatalf("acceptance %+v; want 4 scenarios, 75 %% within, +2.375 vs threshold, +3 over 2 shifting, −0.75 over 2 stationary, 0.5 quick rev./h", a)
+	}
+	if a.Met != [5]bool{false, true, true, true, true} {
+		t.Fatalf("targets met %v; want all but the within share", a.Met)
+	}
+	if _, ok := AcceptanceOf(SummarizeSuite(res, []string{"n"}), "n", "tune"); ok {
+		t.Fatal("an acceptance for a half with no scenarios")
+	}
+}

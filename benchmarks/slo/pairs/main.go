@@ -12,8 +12,8 @@
 // which of them hold: the share of scenarios within threshold − 0.5 pt
 // (at least 90 %), the mean against threshold (at least +2), the mean
 // against static-best on shifting scenarios (at least +3) and on
-// stationary ones (at least −1), and quick reversals per hour (at most
-// 1; every scenario is one simulated hour), and, where the results carry
+// stationary ones (at least −1), and quick reversals per simulated hour
+// (at most 1), as sim.AcceptanceOf reads them, and, where the results carry
 // it (static_opening), narwhal against its opening split held: what its
 // moves are worth. With two it pairs the
 // scenarios by run and name and prints, per group, the mean difference
@@ -42,22 +42,21 @@ import (
 	"github.com/narwhal-io/narwhal/sim"
 )
 
-// row is one scenario's figures, in points (percent).
+// row is one scenario's figures for pairing.
 type row struct {
-	shifts bool    // the scenario's traffic shifts (not stationary)
-	vsBest float64 // narwhal − static-best
-	vsThr  float64 // narwhal − threshold
-	// vsOpening: narwhal − its opening split held (NaN: not run).
-	vsOpening float64
-	quickRev  int
+	vsBest   float64 // narwhal − static-best, points
+	quickRev int
 }
 
-// suiteRun is one results file: its name (file name without .json) and rows
-// by scenario name.
+// suiteRun is one results file: its name (file name without .json), its
+// variant's summary rows (sim.SummarizeSuite) and its rows by scenario
+// name.
 type suiteRun struct {
-	name string
-	rows map[string]row
-	keys []string // scenario names in file order
+	name    string
+	variant string
+	summary []sim.SuiteRow
+	rows    map[string]row
+	keys    []string // scenario names in file order
 }
 
 func readRun(path, variant string) (*suiteRun, error) {
@@ -74,7 +73,7 @@ func readRun(path, variant string) (*suiteRun, error) {
 	if len(doc.Scenarios) == 0 {
 		return nil, fmt.Errorf("%s: no scenarios (not a narwhal-sim suite --json output?)", path)
 	}
-	r := &suiteRun{name: strings.TrimSuffix(filepath.Base(path), ".json"), rows: map[string]row{}}
+	r := &suiteRun{name: strings.TrimSuffix(filepath.Base(path), ".json"), variant: variant, rows: map[string]row{}}
 	for i, s := range doc.Scenarios {
 		o, ok := s.Narwhal[variant]
 		if !ok {
@@ -83,15 +82,10 @@ func readRun(path, variant string) (*suiteRun, error) {
 		if _, dup := r.rows[s.Scenario.Name]; dup {
 			return nil, fmt.Errorf("%s: scenario %s twice", path, s.Scenario.Name)
 		}
-		vsOpening := math.NaN()
-		if s.Opening != nil {
-			vsOpening = 100 * (o.Attainment - s.Opening.Attainment)
-		}
-		r.rows[s.Scenario.Name] = row{shifts: s.Scenario.Shifts(),
-			vsBest: 100 * (o.Attainment - s.Baseline.StaticBest), vsThr: 100 * (o.Attainment - s.Baseline.Threshold.Attainment),
-			vsOpening: vsOpening, quickRev: o.QuickReversals}
+		r.rows[s.Scenario.Name] = row{vsBest: 100 * (o.Attainment - s.Baseline.StaticBest), quickRev: o.QuickReversals}
 		r.keys = append(r.keys, s.Scenario.Name)
 	}
+	r.summary = sim.SummarizeSuite(doc.Scenarios, []string{variant})
 	return r, nil
 }
 
@@ -179,59 +173,15 @@ func meanSE(x []float64) (float64, float64) {
 	return m, math.Sqrt(ss / float64(len(x)-1) / float64(len(x)))
 }
 
-// Acceptance 1's figures for one run.
-type acceptance struct {
-	n                        int
-	withinShare              float64 // share at least threshold − 0.5
-	vsThr, shifting, station float64 // means
-	nShift, nStation         int
-	quickPerHour             float64
-	met                      [5]bool
-	// openShift, openStation: narwhal − its opening split held, means
-	// over the scenarios that ran it (NaN: none did).
-	openShift, openStation float64
-}
-
-func accept(r *suiteRun) acceptance {
-	var a acceptance
-	var thr, sh, st, osh, ost []float64
-	quick := 0
-	for _, k := range r.keys {
-		x := r.rows[k]
-		a.n++
-		if x.vsThr >= -0.5-1e-9 { // exactly −0.5 is within, whatever the rounding of the two fractions
-			a.withinShare++
+// opening is the variant's mean against its opening split held over
+// one traffic group of a run (NaN: no scenario ran it).
+func opening(r *suiteRun, traffic string) float64 {
+	for _, x := range r.summary {
+		if x.Policy == r.variant && x.Group == "all/"+traffic && x.VsOpening != nil {
+			return x.VsOpening.Mean
 		}
-		thr = append(thr, x.vsThr)
-		if x.shifts {
-			sh = append(sh, x.vsBest)
-		} else {
-			st = append(st, x.vsBest)
-		}
-		if !math.IsNaN(x.vsOpening) {
-			if x.shifts {
-				osh = append(osh, x.vsOpening)
-			} else {
-				ost = append(ost, x.vsOpening)
-			}
-		}
-		quick += x.quickRev
 	}
-	a.withinShare /= float64(a.n)
-	a.vsThr, _ = meanSE(thr)
-	a.shifting, _ = meanSE(sh)
-	a.station, _ = meanSE(st)
-	a.nShift, a.nStation = len(sh), len(st)
-	a.quickPerHour = float64(quick) / float64(a.n)
-	a.openShift, a.openStation = math.NaN(), math.NaN()
-	if len(osh) > 0 {
-		a.openShift, _ = meanSE(osh)
-	}
-	if len(ost) > 0 {
-		a.openStation, _ = meanSE(ost)
-	}
-	a.met = [5]bool{a.withinShare >= 0.9, a.vsThr >= 2, len(sh) > 0 && a.shifting >= 3, len(st) == 0 || a.station >= -1, a.quickPerHour <= 1}
-	return a
+	return math.NaN()
 }
 
 func yn(b bool) string {
@@ -246,11 +196,11 @@ func writeAcceptance(w io.Writer, runs []*suiteRun) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	var met [5]int
 	for _, r := range runs {
-		a := accept(r)
+		a, _ := sim.AcceptanceOf(r.summary, r.variant, "all") // readRun saw the variant in every scenario
 		fmt.Fprintf(w, "| %s | %d | %.0f %% (%s) | %+.2f (%s) | %+.2f over %d (%s) | %+.2f over %d (%s) | %.2f (%s) | %s / %s |\n",
-			r.name, a.n, 100*a.withinShare, yn(a.met[0]), a.vsThr, yn(a.met[1]), a.shifting, a.nShift, yn(a.met[2]),
-			a.station, a.nStation, yn(a.met[3]), a.quickPerHour, yn(a.met[4]), signedOrDash(a.openShift), signedOrDash(a.openStation))
-		for i, ok := range a.met {
+			r.name, a.N, 100*a.WithinShare, yn(a.Met[0]), a.VsThreshold, yn(a.Met[1]), a.Shifting, a.NShifting, yn(a.Met[2]),
+			a.Stationary, a.NStationary, yn(a.Met[3]), a.QuickRevPerH, yn(a.Met[4]), signedOrDash(opening(r, "shifting")), signedOrDash(opening(r, "stationary")))
+		for i, ok := range a.Met {
 			if ok {
 				met[i]++
 			}

@@ -27,6 +27,7 @@ func writeRun(t *testing.T, dir, name string, scs ...sc) {
 	for _, s := range scs {
 		var r sim.ScenarioResult
 		r.Scenario.Name, r.Scenario.Kind = s.name, s.kind
+		r.Baseline.SimSeconds = 3600
 		r.Baseline.StaticBest = s.best
 		r.Baseline.Threshold.Attainment = s.thr
 		r.Narwhal = map[string]sim.Outcome{"narwhal": {Attainment: s.narwhal, QuickReversals: s.quick}}
