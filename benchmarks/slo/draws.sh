@@ -11,7 +11,8 @@
 # SIM: the narwhal-sim binary (default: built from this tree into
 # /tmp/narwhal-sim); BASELINES: a directory of per-run baseline caches
 # (default /tmp/narwhal-draws-baselines; the first pass computes them,
-# 2-4 min a run on 2 cores, later passes about 40 s a run); DRAWS: the
+# 30-90 s a run on 2 AMD EPYC cores, all 23 runs in about 30 min; later
+# passes about 30 s a run); DRAWS: the
 # dev draws (default 0..19). Extra arguments go to every run (e.g.
 # --variant narwhal=FILE). Progress on stderr.
 set -eu
