@@ -72,15 +72,22 @@ type Controller struct {
 	table   atomic.Pointer[RoleTable]
 	version uint64
 
-	seq          uint64
-	lastMoveNs   int64
-	lastMoveDir  int
-	starveDir    int
-	starveSince  int64
-	confirmDir   int
-	confirmCount int
-	confirmSeq   uint64
-	risks        []riskEvent // ring, riskCap
+	seq         uint64
+	lastMoveNs  int64
+	lastMoveDir int
+	starveDir   int
+	starveSince int64
+	// starveShare: for a move toward prefill ([0]) and toward decode
+	// ([1]), the share of recent steps (exponential, time constant
+	// starvation_s) on which the destination measured short and the
+	// source spare (the starvation rule's per-step test); starveShareAt:
+	// when it was last updated.
+	starveShare   [2]float64
+	starveShareAt int64
+	confirmDir    int
+	confirmCount  int
+	confirmSeq    uint64
+	risks         []riskEvent // ring, riskCap
 	// kvHist: resident decode KV at each step (ring).
 	kvHist [kvHistCap]kvSample
 	kvN    int
@@ -1030,8 +1037,9 @@ func (c *Controller) decide(nowNs int64) Decision {
 		confirmed = true
 	}
 	// Move memory (memory.go): the same move starved its source under
-	// this demand.
-	if c.memory.holds(nowNs, s, dir, s.PrefillEngines+s.IncomingPrefill+dir) {
+	// this demand, unless the destination has since measured short, the
+	// source spare, on most recent steps (memoryReleaseShare).
+	if c.starveShareOf(dir) < memoryReleaseShare && c.memory.holds(nowNs, s, dir, s.PrefillEngines+s.IncomingPrefill+dir) {
 		d.Reason = ReasonMoveMemory
 		c.memoryHolds.Add(1)
 		c.confirmDir, c.confirmCount = 0, 0
@@ -1346,6 +1354,17 @@ func (c *Controller) starvation(nowNs int64, s *Snapshot, cur SplitScore, kvSoon
 			dir = -1
 		}
 	}
+	if c.starveShareAt != 0 {
+		f := 1 - math.Exp(-float64(nowNs-c.starveShareAt)/1e9/cfg.StarvationS)
+		for i, d := range [2]int{1, -1} {
+			x := 0.0
+			if dir == d {
+				x = 1
+			}
+			c.starveShare[i] += f * (x - c.starveShare[i])
+		}
+	}
+	c.starveShareAt = nowNs
 	settled := c.settled(nowNs)
 	if dir == 0 || !settled {
 		c.starveDir, c.starveSince = 0, 0
@@ -1442,4 +1461,12 @@ func feasibleMaxInput(p *Profile, ttftS float64) int64 {
 		}
 	}
 	return lo
+}
+
+// starveShareOf is starveShare for a move in direction dir.
+func (c *Controller) starveShareOf(dir int) float64 {
+	if dir > 0 {
+		return c.starveShare[0]
+	}
+	return c.starveShare[1]
 }

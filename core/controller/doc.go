@@ -320,6 +320,24 @@
 // instead of at the move (no check that it held): tune −0.12 (d02a
 // −2.8, d19a −1.1: a drift starves the source, not the move).
 //
+// Move memory yields to what the starvation rule measures: the hold
+// lapses while at least half of the recent steps (an exponential share
+// with time constant starvation_s; none with starvation_s 0) measured
+// the remembered move's destination short and its source spare, the
+// starvation rule's test of one step (below). The rule itself needs
+// every step for starvation_s, and a destination whose bursts come and
+// go does not give it that. Why: Mooncake at 1.2× its row's scale, seed
+// 1, remembered 8:8 → 9:7 on a 5 % TPOT excursion after the move and
+// held it for the hour (1,552 holds) while prefill queued up to 577 s
+// and decode measured 0.4–0.55 of its SLO: 47.19 → 65.11 %; the
+// three-trace concatenation at 1.2×, seeds 1 and 2, +1.8 and +4.9
+// (narwhal above threshold in 29 of the 30 neighbouring runs, 27
+// before). Measured (prior + calibrate, mean vs static-best): tune and
+// dev draws 0–4 +0.00 (no scenario changed, e24c included), dev draws
+// 5–19 +0.01 ± 0.01 (x11-24 +4.9, x14-24 +1.1, none worse), held
+// unchanged; the five rows at seeds 1–4 unchanged (HISTORY.md, session
+// 28).
+//
 // The starvation rule (starvation_s, default 120; 0 off) moves one engine
 // where the model holds, on measurements alone: a phase measured past its
 // SLO on every step for starvation_s, counted from when the pools settled

@@ -17,7 +17,9 @@ import "math"
 // move in the same direction to the same split (prefill engines and
 // fleet size) is held, measured deficit or not, while both demand figures
 // stay within memoryDemandTol of the remembered ones; a change of demand
-// or of the fleet's size releases it at once.
+// or of the fleet's size releases it at once, and so does a destination
+// measured short with the source spare on memoryReleaseShare of the
+// recent steps (Controller.starveShare).
 //
 // The model's ranking cannot see this: on the development draw's e24c
 // (8 × OPT-66B, stationary) the rollout scores 5:3 above 4:4 whenever a
@@ -39,6 +41,11 @@ const (
 	memoryHoldS     = 3600.0
 	memoryDemandTol = 0.25
 	memoryCap       = 8
+	// memoryReleaseShare: a remembered move is not held while the share
+	// of recent steps (time constant starvation_s) on which its
+	// destination measured short and its source spare, as the
+	// starvation rule tests each step, is at least this.
+	memoryReleaseShare = 0.5
 )
 
 // memoryEntry is one remembered move.

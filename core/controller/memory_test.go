@@ -108,6 +108,54 @@ func TestMoveMemoryHoldsAMoveThatStarvedItsSource(t *testing.T) {
 	}
 }
 
+// TestMoveMemoryYieldsToAMeasuredStarvation: back at 4:4 after the
+// remembered move, prefill measured past its TTFT SLO (a tail more
+// engines remove) and decode spare one engine smaller on every step:
+// the move stays held while fewer than memoryReleaseShare of the recent
+// steps (time constant starvation_s, 120 s) measured that, and goes to
+// the gates once more did (Mooncake at 1.2× its row's scale held the
+// move for the hour while prefill queued up to 577 s; HISTORY.md,
+// session 28). With decode measured past target (not spare) it stays
+// held.
+func TestMoveMemoryYieldsToAMeasuredStarvation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		decode  float64 // decode's measured TPOT ratio at 4:4
+		secs    int64
+		release bool
+	}{
+		{"starving", 0.3, 100, true},
+		{"decode not spare", 0.6, 100, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, now := memoryRun(t, 60)
+			in := prefillShort(20, 1024)
+			in.ObservedDecode.Mean = tc.decode
+			// 1 − e^(−t/120) passes ½ at 83 s.
+			var d Decision
+			var at int64
+			for i := int64(1); i <= tc.secs && at == 0; i++ {
+				d = c.Step(now+i*sec, in)
+				if d.Reason != ReasonMoveMemory {
+					at = i
+				}
+			}
+			if !tc.release {
+				if at != 0 {
+					t.Fatalf("step %d: got %s %q (%s); want held by move memory for %d s", at, d.Action, d.Blocked, d.Reason, tc.secs)
+				}
+				return
+			}
+			if at < 80 || at > 90 {
+				t.Fatalf("released at %d s (share %.3f); want between 80 and 90 s", at, c.starveShareOf(1))
+			}
+			if d.Proposed == nil || d.Proposed.PrefillEngines <= 4 {
+				t.Fatalf("released at %d s: got %s (%s), proposed %+v; want a move toward prefill", at, d.Action, d.Reason, d.Proposed)
+			}
+		})
+	}
+}
+
 // TestMoveMemoryNeedsTheSourceWithinTargetAtTheMove: a move taken while
 // its source already measured past target_pressure (both phases short,
 // the score deciding) is not remembered when the source then measures
