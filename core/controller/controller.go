@@ -72,22 +72,22 @@ type Controller struct {
 	table   atomic.Pointer[RoleTable]
 	version uint64
 
-	seq         uint64
-	lastMoveNs  int64
-	lastMoveDir int
-	starveDir   int
-	starveSince int64
-	// starveShare: for a move toward prefill ([0]) and toward decode
-	// ([1]), the share of recent steps (exponential, time constant
-	// starvation_s) on which the destination measured short and the
-	// source spare (the starvation rule's per-step test); starveShareAt:
-	// when it was last updated.
+	seq          uint64
+	lastMoveNs   int64
+	lastMoveDir  int
+	starveDir    int
+	starveSince  int64
+	confirmDir   int
+	confirmCount int
+	confirmSeq   uint64
+	risks        []riskEvent // ring, riskCap
+
+	// starveShare: by starveIndex(direction of a move), the share of
+	// recent steps (exponential, time constant starvation_s) on which the
+	// move's destination measured short and its source spare (the
+	// starvation rule's per-step test); starveShareAt: its last update.
 	starveShare   [2]float64
 	starveShareAt int64
-	confirmDir    int
-	confirmCount  int
-	confirmSeq    uint64
-	risks         []riskEvent // ring, riskCap
 	// kvHist: resident decode KV at each step (ring).
 	kvHist [kvHistCap]kvSample
 	kvN    int
@@ -1039,7 +1039,7 @@ func (c *Controller) decide(nowNs int64) Decision {
 	// Move memory (memory.go): the same move starved its source under
 	// this demand, unless the destination has since measured short, the
 	// source spare, on most recent steps (memoryReleaseShare).
-	if c.starveShareOf(dir) < memoryReleaseShare && c.memory.holds(nowNs, s, dir, s.PrefillEngines+s.IncomingPrefill+dir) {
+	if c.starveShare[starveIndex(dir)] < memoryReleaseShare && c.memory.holds(nowNs, s, dir, s.PrefillEngines+s.IncomingPrefill+dir) {
 		d.Reason = ReasonMoveMemory
 		c.memoryHolds.Add(1)
 		c.confirmDir, c.confirmCount = 0, 0
@@ -1356,9 +1356,9 @@ func (c *Controller) starvation(nowNs int64, s *Snapshot, cur SplitScore, kvSoon
 	}
 	if c.starveShareAt != 0 {
 		f := 1 - math.Exp(-float64(nowNs-c.starveShareAt)/1e9/cfg.StarvationS)
-		for i, d := range [2]int{1, -1} {
+		for i := range c.starveShare {
 			x := 0.0
-			if dir == d {
+			if dir != 0 && starveIndex(dir) == i {
 				x = 1
 			}
 			c.starveShare[i] += f * (x - c.starveShare[i])
@@ -1463,10 +1463,11 @@ func feasibleMaxInput(p *Profile, ttftS float64) int64 {
 	return lo
 }
 
-// starveShareOf is starveShare for a move in direction dir.
-func (c *Controller) starveShareOf(dir int) float64 {
+// starveIndex is starveShare's index for a move in direction dir
+// (toward prefill 0, toward decode 1).
+func starveIndex(dir int) int {
 	if dir > 0 {
-		return c.starveShare[0]
+		return 0
 	}
-	return c.starveShare[1]
+	return 1
 }

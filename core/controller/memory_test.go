@@ -147,7 +147,7 @@ func TestMoveMemoryYieldsToAMeasuredStarvation(t *testing.T) {
 				return
 			}
 			if at < 80 || at > 90 {
-				t.Fatalf("released at %d s (share %.3f); want between 80 and 90 s", at, c.starveShareOf(1))
+				t.Fatalf("released at %d s (share %.3f); want between 80 and 90 s", at, c.starveShare[starveIndex(1)])
 			}
 			if d.Proposed == nil || d.Proposed.PrefillEngines <= 4 {
 				t.Fatalf("released at %d s: got %s (%s), proposed %+v; want a move toward prefill", at, d.Action, d.Reason, d.Proposed)
