@@ -19,6 +19,12 @@ type reqState struct {
 	admitted   bool
 	ended      bool
 	expired    bool
+	// cancelled: its client gave up before the first token
+	// (Config.ClientTimeoutS); also expired and ended.
+	cancelled bool
+	// cancelPending: the client gave up while the prompt's prefill batch
+	// was running; it is dropped when the batch ends.
+	cancelPending bool
 }
 
 // engine is one simulated inference engine.
@@ -31,6 +37,7 @@ type engine struct {
 	// prefill side
 	queue     []int32 // FIFO of request indices, from qhead
 	qhead     int
+	qdead     int   // cancelled requests still in queue, skipped when reached
 	queuedNs  int64 // Σ single-request prefill time of the queue
 	busy      bool
 	busyUntil int64
@@ -72,7 +79,7 @@ func (e *engine) latencyInterval(intervalS float64, nowNs int64) controller.Late
 	return li
 }
 
-func (e *engine) queueLen() int { return len(e.queue) - e.qhead }
+func (e *engine) queueLen() int { return len(e.queue) - e.qhead - e.qdead }
 
 func (e *engine) empty() bool {
 	return e.queueLen() == 0 && !e.busy && e.heldKV == 0 && len(e.seqs) == 0 && e.incoming == 0 && e.reserved == 0

@@ -33,6 +33,18 @@
 //     step emits one token for every resident sequence. TPOT = (last token
 //     − first token) / (output − 1), transfer and waits included; requests
 //     with ≤ 1 output token meet TPOT trivially.
+//   - Clients wait for ever by default, as the benchmark always has: a
+//     request stays queued until it is served or the drain limit.
+//     Config.ClientTimeoutS (--client-timeout) gives every client a
+//     first-token timeout instead, as behind a proxy's read timeout
+//     (nginx's proxy_read_timeout, which ingress-nginx keeps at 60 s by
+//     default) or an SDK's (openai-python's DEFAULT_TIMEOUT, 600 s, in
+//     its _constants.py): a request with no first token
+//     that long after it arrived is cancelled. Queued on an engine or in
+//     the router's backlog it leaves at once and is no work to drain; in
+//     a running prefill batch it is dropped when the batch ends, its KV
+//     freed. It counts as missed (Result.Cancelled), and the router
+//     reports it to the core as Expired.
 //   - A role switch (Actuator.Start): the engine stops taking new work,
 //     drains its resident work (queued and running prefill, held KV,
 //     incoming transfers, resident sequences), then takes SwitchS, then

@@ -9,6 +9,7 @@ const (
 	evStepDone
 	evSwitchDone
 	evTick
+	evClientTimeout
 )
 
 // event is a value in the heap; eng and req index the simulator's slices.

@@ -99,6 +99,9 @@ func (tp *thresholdPolicy) step(s *simulator, now int64) int {
 		outNs += s.eng[i].outstandingPrefillNs(now)
 	}
 	for k := s.bhead; k < len(s.backlog); k++ {
+		if s.reqs[s.backlog[k]].cancelled {
+			continue
+		}
 		l := float64(s.reqs[s.backlog[k]].InputTokens)
 		outNs += s.prof.PrefillNs(l, l*l)
 	}

@@ -33,10 +33,14 @@ type Config struct {
 	KVCapacityTokens int64   `json:"kv_capacity_tokens"` // override the profile's KV capacity; 0 keep
 	SampleS          float64 `json:"sample_s"`           // time-series resolution
 	DrainLimitS      float64 `json:"drain_limit_s"`      // after the last arrival, unfinished requests expire
-	StartUnixNs      int64   `json:"start_unix_ns"`      // virtual clock at workload offset 0
-	Seed             uint64  `json:"seed"`
-	NoMaxTokensFrac  float64 `json:"no_max_tokens_frac"` // share of requests without max_tokens
-	EstErrSigma      float64 `json:"est_err_sigma"`      // lognormal sigma of the bytes/4 input estimate
+	// ClientTimeoutS: a client with no first token this many seconds
+	// after it sent its request cancels it (0: clients wait for ever, the
+	// benchmark's default). See the package documentation.
+	ClientTimeoutS  float64 `json:"client_timeout_s,omitempty"`
+	StartUnixNs     int64   `json:"start_unix_ns"` // virtual clock at workload offset 0
+	Seed            uint64  `json:"seed"`
+	NoMaxTokensFrac float64 `json:"no_max_tokens_frac"` // share of requests without max_tokens
+	EstErrSigma     float64 `json:"est_err_sigma"`      // lognormal sigma of the bytes/4 input estimate
 	// EngineSlowdown multiplies the simulated engines' true prefill and
 	// decode times (0: 1).
 	EngineSlowdown float64 `json:"engine_slowdown"`
@@ -147,6 +151,9 @@ func (c Config) Normalize() (Config, error) {
 	}
 	if !(c.EngineSlowdown >= 0.01 && c.EngineSlowdown <= 100) {
 		return c, fmt.Errorf("sim: engine_slowdown %v: want 0.01..100: %w", c.EngineSlowdown, ErrBadConfig)
+	}
+	if !(c.ClientTimeoutS >= 0) || math.IsInf(c.ClientTimeoutS, 0) || c.ClientTimeoutS > 0 && c.ClientTimeoutS <= c.TokenizeDelayS {
+		return c, fmt.Errorf("sim: client_timeout_s %v: want 0 or a finite value > tokenize_delay_s (%v): %w", c.ClientTimeoutS, c.TokenizeDelayS, ErrBadConfig)
 	}
 	if !(c.WarmupS >= 0) || math.IsInf(c.WarmupS, 0) {
 		return c, fmt.Errorf("sim: warmup_s %v: want a finite value >= 0: %w", c.WarmupS, ErrBadConfig)

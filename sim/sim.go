@@ -59,12 +59,14 @@ type simulator struct {
 	moves       int
 	reversals   int
 	quickRevs   int // reversals within quickReversalNs of the move they reverse
+	cancelled   int // requests their clients cancelled (Config.ClientTimeoutS)
 	lastMoveTo  controller.Role
 	lastMoveNs  int64
 	stats       stats
 	events      uint64
 	tokenizeNs  int64
 	switchNs    int64
+	timeoutNs   int64 // Config.ClientTimeoutS; 0 none
 	xferLatNs   int64
 	xferNsPerTk float64
 }
@@ -83,6 +85,7 @@ func newSimulator(cfg Config, reqs []Request, o options, pol policy) (*simulator
 	s.now = s.base
 	s.tokenizeNs = int64(cfg.TokenizeDelayS * 1e9)
 	s.switchNs = int64(cfg.SwitchS * 1e9)
+	s.timeoutNs = int64(cfg.ClientTimeoutS * 1e9)
 	s.xferLatNs = int64(cfg.TransferLatencyS * 1e9)
 	s.xferNsPerTk = float64(prof.KVBytesPerToken) / (cfg.TransferGBps * 1e9) * 1e9
 	s.reqs = make([]reqState, len(reqs))
@@ -175,6 +178,8 @@ func (s *simulator) run(ctx context.Context) error {
 			s.stepDone(&s.eng[ev.eng])
 		case evSwitchDone:
 			s.switchDone(&s.eng[ev.eng])
+		case evClientTimeout:
+			s.clientTimeout(ev.req)
 		case evTick:
 			s.stats.sample(s, s.now)
 			s.moves += s.pol.step(s, s.now)
@@ -227,8 +232,12 @@ func (s *simulator) arrive(ri int32) {
 	if s.tokenizeNs >= 0 {
 		s.push(s.now+s.tokenizeNs, evTokenized, -1, ri)
 	}
+	if s.timeoutNs > 0 {
+		s.push(s.now+s.timeoutNs, evClientTimeout, -1, ri)
+	}
 	// FIFO: while older requests wait for a prefill engine, newer ones
 	// queue behind them.
+	s.trimBacklog()
 	if s.bhead < len(s.backlog) || !s.routePrefill(ri) {
 		s.backlog = append(s.backlog, ri)
 	}
@@ -276,6 +285,11 @@ func (s *simulator) tryPrefill(e *engine) {
 	for e.qhead < len(e.queue) {
 		ri := e.queue[e.qhead]
 		r := &s.reqs[ri]
+		if r.cancelled {
+			e.qhead++
+			e.qdead--
+			continue
+		}
 		need := min(r.InputTokens, s.prof.KVCapacityTokens)
 		if len(e.batch) > 0 && int64(sumL)+r.InputTokens > s.prof.MaxBatchTokens {
 			break
@@ -292,11 +306,11 @@ func (s *simulator) tryPrefill(e *engine) {
 		e.batch = append(e.batch, ri)
 		e.qhead++
 	}
-	if len(e.batch) == 0 {
-		return // waiting for prompts held on this engine to move to decode
-	}
 	if e.qhead == len(e.queue) {
 		e.queue, e.qhead = e.queue[:0], 0
+	}
+	if len(e.batch) == 0 {
+		return // waiting for prompts held on this engine to move to decode
 	}
 	if e.queueLen() == 0 {
 		e.queuedNs = 0 // no rounding residue
@@ -317,6 +331,13 @@ func (s *simulator) prefillDone(e *engine) {
 	e.busyNs += s.now - max(e.busyFrom, e.reportNs)
 	for _, ri := range e.batch {
 		r := &s.reqs[ri]
+		if r.cancelPending {
+			// The client is gone: the engine frees the prompt's KV.
+			e.heldKV -= r.prefillKV
+			r.prefillKV = 0
+			s.cancel(r)
+			continue
+		}
 		r.firstNs = s.now
 		r.generated = 1
 		s.pol.firstToken(s, r, s.now)
@@ -444,6 +465,52 @@ func (s *simulator) checkDrained(e *engine) {
 	s.push(s.now+s.switchNs, evSwitchDone, int32(e.idx), -1)
 }
 
+// clientTimeout: the client of request ri gives up unless its first token
+// came. Queued anywhere, the request leaves at once; in a running prefill
+// batch it is dropped when the batch ends (the engine finishes the batch).
+func (s *simulator) clientTimeout(ri int32) {
+	r := &s.reqs[ri]
+	if r.ended || r.firstNs != 0 {
+		return
+	}
+	if r.prefillKV > 0 { // in the running batch
+		r.cancelPending = true
+		return
+	}
+	if r.admitted {
+		e := &s.eng[r.prefillEng]
+		l := float64(r.InputTokens)
+		e.queuedNs -= s.prof.PrefillNs(l, l*l)
+		e.qdead++
+		if e.queueLen() == 0 { // only cancelled requests left
+			e.queue, e.qhead, e.qdead, e.queuedNs = e.queue[:0], 0, 0, 0
+		}
+		s.cancel(r)
+		s.checkDrained(e)
+		return
+	}
+	s.cancel(r) // in the router's backlog; skipped when reached
+}
+
+// cancel ends a request its client gave up on: it counts as expired (it
+// missed both SLOs) and the router reports it so.
+func (s *simulator) cancel(r *reqState) {
+	r.ended, r.expired, r.cancelled = true, true, true
+	s.cancelled++
+	s.outstanding--
+	s.pol.expired(s, r, s.now)
+}
+
+// trimBacklog drops cancelled requests from the head of the backlog.
+func (s *simulator) trimBacklog() {
+	for s.bhead < len(s.backlog) && s.reqs[s.backlog[s.bhead]].cancelled {
+		s.bhead++
+	}
+	if s.bhead == len(s.backlog) {
+		s.backlog, s.bhead = s.backlog[:0], 0
+	}
+}
+
 func (s *simulator) switchDone(e *engine) {
 	e.role = e.target
 	e.target = controller.RoleNone
@@ -459,7 +526,7 @@ func (s *simulator) afterRoleChange() {
 	for i := range s.eng {
 		s.checkDrained(&s.eng[i])
 	}
-	for s.bhead < len(s.backlog) {
+	for s.trimBacklog(); s.bhead < len(s.backlog); s.trimBacklog() {
 		if !s.routePrefill(s.backlog[s.bhead]) {
 			break
 		}

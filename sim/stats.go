@@ -137,7 +137,11 @@ type Result struct {
 	Calibrate              bool    `json:"calibrate,omitempty"`
 	Requests               int     `json:"requests"`
 	Completed              int     `json:"completed"`
-	SLOAttainment          float64 `json:"slo_attainment"`
+	// Cancelled: requests whose clients gave up before their first token
+	// (Config.ClientTimeoutS); they count as missed.
+	Cancelled      int     `json:"cancelled,omitempty"`
+	ClientTimeoutS float64 `json:"client_timeout_s,omitempty"`
+	SLOAttainment  float64 `json:"slo_attainment"`
 	// SLOAttainmentAfterWarmup: attainment of the requests arriving at or
 	// after WarmupS (Config.WarmupS > 0).
 	WarmupS                  float64 `json:"warmup_s,omitempty"`
@@ -192,6 +196,8 @@ func (s *simulator) result() *Result {
 		Profile:        s.prof.Name,
 		EngineSlowdown: s.cfg.EngineSlowdown, ControllerProfile: s.cfg.ControllerProfile, Calibrate: s.cfg.Calibrate,
 		Requests:       len(s.reqs),
+		Cancelled:      s.cancelled,
+		ClientTimeoutS: s.cfg.ClientTimeoutS,
 		Moves:          s.moves,
 		Reversals:      s.reversals,
 		QuickReversals: s.quickRevs,

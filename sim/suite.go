@@ -235,6 +235,7 @@ func scenarioConfig(sc Scenario, ttft, tpot float64) (Config, error) {
 	// SLOs and the opening split come from the published profile (what an
 	// operator knows).
 	cfg.EngineSlowdown = sc.EngineSlowdown
+	cfg.ClientTimeoutS = sc.ClientTimeoutS
 	cfg.Parallel = 1
 	return cfg.Normalize()
 }

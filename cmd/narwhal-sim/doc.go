@@ -23,4 +23,8 @@
 // what the narwhal policy's controller starts from and whether it learns
 // from the engines' latency figures (benchmarks/slo/PROFILES.md);
 // --warmup S also reports the attainment of the requests after S seconds.
+// --client-timeout S gives clients a first-token timeout: a request with
+// no first token S seconds after it arrived is cancelled and counts as
+// missed (0, the default: clients wait for ever); `suite --client-timeout
+// S` runs every scenario so, its calibration included.
 package main

@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	profFile := fs.String("profiles", "", "narwhal: profile file (same as --controller-profile FILE)")
 	calibrate := fs.Bool("calibrate", false, "narwhal: feed the engines' per-interval latency figures to the core's online profile calibration")
 	warmup := fs.Float64("warmup", 0, "also report the SLO attainment of the requests arriving at or after this many seconds (slo_attainment_after_warmup)")
+	clientTimeout := fs.Float64("client-timeout", 0, "clients cancel a request with no first token after this many seconds; it counts as missed (0: clients wait for ever)")
 	decisions := fs.String("decisions", "", "narwhal: write every controller decision as a JSON line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -116,6 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.SwitchS, cfg.InitialPrefill = *switchS, *initP
 	cfg.EngineSlowdown, cfg.ControllerProfile, cfg.Calibrate, cfg.WarmupS = *slowdown, *ctrlProf, *calibrate, *warmup
 	cfg.ControllerProfileError = *profErr
+	cfg.ClientTimeoutS = *clientTimeout
 	if *profFile != "" {
 		if *ctrlProf != sim.ProfileExact && *ctrlProf != *profFile {
 			return fmt.Errorf("--profiles and --controller-profile %s: give one", *ctrlProf)

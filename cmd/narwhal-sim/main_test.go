@@ -70,6 +70,7 @@ func TestCLIRejectsBadFlags(t *testing.T) {
 	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--policy", "static:0", "--quiet")
 	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--policy", "magic", "--quiet")
 	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--rate-scale", "-1", "--quiet")
+	f("--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--client-timeout", "-1", "--quiet")
 }
 
 // writeSuiteSources writes small synthetic Azure conv and Mooncake files
@@ -258,6 +259,9 @@ func TestCLISuiteRejectsBadFlags(t *testing.T) {
 		{"suite", "--quick", "--match", "nothing-matches", "--traces", dir},
 		{"suite", "--traces", "/nonexistent"},
 		{"suite", "extra"},
+		{"suite", "--quick", "--client-timeout", "-1", "--traces", dir},
+		{"suite", "--quick", "--client-timeout", "0.5", "--traces", dir},
+		{"suite", "--quick", "--client-timeout", "NaN", "--traces", dir},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, &out, &errOut); err == nil {
@@ -344,5 +348,37 @@ func TestCLIRefusedRunWritesNoDecisions(t *testing.T) {
 	}
 	if _, serr := os.Stat(out); !os.IsNotExist(serr) {
 		t.Fatalf("refused run left %s (stat: %v)", out, serr)
+	}
+}
+
+// --client-timeout reaches the run: on the embedded Azure code trace
+// compressed 40× onto one prefill engine, prompts queue for minutes, so
+// clients with a 10-s first-token timeout cancel some (counted, and
+// missed), and clients that wait for ever cancel none.
+func TestCLIClientTimeout(t *testing.T) {
+	get := func(extra ...string) map[string]any {
+		t.Helper()
+		args := append([]string{"--trace", "../../sim/traces/AzureLLMInferenceTrace_code.csv", "--engines", "2",
+			"--policy", "static:1", "--rate-scale", "40", "--slice", ":120", "--json", "--quiet"}, extra...)
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); err != nil {
+			t.Fatalf("run %q: %v (%s)", extra, err, errOut.String())
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("stdout is not one JSON object: %v", err)
+		}
+		return res
+	}
+	with, without := get("--client-timeout", "10"), get()
+	n, _ := with["cancelled"].(float64)
+	if n < 1 || with["client_timeout_s"] != 10.0 {
+		t.Fatalf("with --client-timeout 10: cancelled %v, client_timeout_s %v; want some, 10", with["cancelled"], with["client_timeout_s"])
+	}
+	if _, ok := without["cancelled"]; ok {
+		t.Fatalf("without a timeout the run reports cancelled %v; want none", without["cancelled"])
+	}
+	if c, r := with["completed"].(float64), with["requests"].(float64); c+n > r || c != r-n {
+		t.Fatalf("completed %v + cancelled %v against %v requests; want every request served or cancelled", c, n, r)
 	}
 }

@@ -39,6 +39,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	exact := fs.Bool("exact", true, "also run each narwhal variant from the exact profile without calibration, reported as NAME@exact")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	oracle := fs.Bool("oracle", false, "also search each scenario's hindsight schedule from static-best (minutes per scenario; cached in --baselines) and report oracle − static-best and narwhal − oracle")
+	clientTimeout := fs.Float64("client-timeout", 0, "clients cancel a request with no first token after this many seconds, in every run of every scenario, the calibration included (0: clients wait for ever, the suite's reference)")
 	oracleLate := fs.Int("oracle-late", 0, "with --oracle, also replay each hindsight schedule this many seconds late (1..600; a yardstick for a causal controller)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +58,9 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *devDraw != 0 && *half != "dev" {
 		return fmt.Errorf("suite: --dev-draw %d: only with --half dev", *devDraw)
+	}
+	if !(*clientTimeout == 0 || *clientTimeout >= 1 && *clientTimeout <= 3600) {
+		return fmt.Errorf("suite: --client-timeout %v: want 0 or 1..3600 seconds", *clientTimeout)
 	}
 	if *parallel < 1 || *parallel > 64 {
 		return fmt.Errorf("suite: --parallel %d: want 1..64", *parallel)
@@ -100,6 +104,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var scenarios []sim.Scenario
 	for _, sc := range all {
 		if (*half == "all" || sc.Half == *half) && (re == nil || re.MatchString(sc.Name)) {
+			sc.ClientTimeoutS = *clientTimeout
 			scenarios = append(scenarios, sc)
 		}
 	}
