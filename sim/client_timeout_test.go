@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
@@ -132,5 +133,36 @@ func TestClientTimeoutInSuiteScenarios(t *testing.T) {
 	sc.ClientTimeoutS = 0
 	if BaselineKey(sc, src) != k0 {
 		t.Fatalf("a scenario without a timeout changed its baseline key")
+	}
+}
+
+// A suite run with a client timeout runs the reference's traffic: the same
+// rate scale and SLOs as without one (the load is calibrated with clients
+// that wait for ever), its static-best searched again with the timeout.
+func TestClientTimeoutSuiteKeepsTheReferenceLoad(t *testing.T) {
+	src := testSources(t)
+	o := SuiteOptions{Sources: src, Variants: []SuiteVariant{{Name: "narwhal"}}, Parallel: 2}
+	ref, err := RunSuite(context.Background(), QuickSuite(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scs []Scenario
+	for _, sc := range QuickSuite() {
+		sc.ClientTimeoutS = 5
+		scs = append(scs, sc)
+	}
+	got, err := RunSuite(context.Background(), scs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		a, b := ref[i].Baseline, got[i].Baseline
+		if a.RateScale != b.RateScale || a.TTFTSLOS != b.TTFTSLOS || a.Requests != b.Requests {
+			t.Fatalf("%s: timeout run at x%v, TTFT %v, %d requests; want the reference's x%v, %v, %d",
+				scs[i].Name, b.RateScale, b.TTFTSLOS, b.Requests, a.RateScale, a.TTFTSLOS, a.Requests)
+		}
+		if b.Evals <= a.Evals || b.Key == a.Key {
+			t.Fatalf("%s: timeout run made %d static runs under key %s; want more than the reference's %d, another key", scs[i].Name, b.Evals, b.Key, a.Evals)
+		}
 	}
 }

@@ -252,8 +252,26 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 			return res, bl, err
 		}
 	} else {
-		if bl, reqs, err = calibrate(ctx, sc, o); err != nil {
+		// The load is calibrated with clients that wait for ever, so a
+		// scenario with a client timeout runs the reference's traffic and
+		// only the clients differ; static-best is then searched again
+		// with the timeout, from the reference's best split.
+		ref := sc
+		ref.ClientTimeoutS = 0
+		if bl, reqs, err = calibrate(ctx, ref, o); err != nil {
 			return res, bl, err
+		}
+		if sc.ClientTimeoutS > 0 {
+			cfg, err := scenarioConfig(sc, bl.TTFTSLOS, bl.TPOTSLOS)
+			if err != nil {
+				return res, bl, err
+			}
+			att, best, n, err := staticBestLocal(ctx, cfg, reqs, bl.BestSplit)
+			if err != nil {
+				return res, bl, fmt.Errorf("static-best with client timeout: %w", err)
+			}
+			bl.StaticBest, bl.BestSplit, bl.Evals = att, best, bl.Evals+n
+			bl.InRange = att >= suiteMinAttainment && att <= suiteMaxAttainment
 		}
 		bl.Key = key
 	}

@@ -165,11 +165,13 @@ type Scenario struct {
 	// controller starting from the published profile or the prior is off
 	// by this much.
 	EngineSlowdown float64 `json:"engine_slowdown"`
-	// ClientTimeoutS, when not 0, runs every policy, the calibration
-	// included, with clients that cancel a request with no first token
-	// after this many seconds (Config.ClientTimeoutS). The generator
-	// leaves it 0; `narwhal-sim suite --client-timeout` sets it. It is
-	// part of the baseline key.
+	// ClientTimeoutS, when not 0, runs every policy with clients that
+	// cancel a request with no first token after this many seconds
+	// (Config.ClientTimeoutS) on the same traffic: the rate scale is
+	// calibrated with clients that wait for ever, and static-best is
+	// searched again with the timeout. The generator leaves it 0;
+	// `narwhal-sim suite --client-timeout` sets it. It is part of the
+	// baseline key.
 	ClientTimeoutS float64 `json:"client_timeout_s,omitempty"`
 }
 

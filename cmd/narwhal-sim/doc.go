@@ -26,5 +26,6 @@
 // --client-timeout S gives clients a first-token timeout: a request with
 // no first token S seconds after it arrived is cancelled and counts as
 // missed (0, the default: clients wait for ever); `suite --client-timeout
-// S` runs every scenario so, its calibration included.
+// S` runs every policy so on each scenario's reference traffic (the load
+// is calibrated with clients that wait for ever).
 package main

@@ -39,7 +39,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	exact := fs.Bool("exact", true, "also run each narwhal variant from the exact profile without calibration, reported as NAME@exact")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	oracle := fs.Bool("oracle", false, "also search each scenario's hindsight schedule from static-best (minutes per scenario; cached in --baselines) and report oracle − static-best and narwhal − oracle")
-	clientTimeout := fs.Float64("client-timeout", 0, "clients cancel a request with no first token after this many seconds, in every run of every scenario, the calibration included (0: clients wait for ever, the suite's reference)")
+	clientTimeout := fs.Float64("client-timeout", 0, "clients cancel a request with no first token after this many seconds, in every policy's run on the same traffic (the load is calibrated with clients that wait for ever; 0: they always do, the suite's reference)")
 	oracleLate := fs.Int("oracle-late", 0, "with --oracle, also replay each hindsight schedule this many seconds late (1..600; a yardstick for a causal controller)")
 	if err := fs.Parse(args); err != nil {
 		return err
