@@ -6,12 +6,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http/httpguts"
 )
 
 // The admin (pprof) listener's limits: see New.
@@ -124,14 +124,8 @@ func agentAuthDisabled() http.Handler {
 }
 
 // expectsContinue: the request carries "Expect: 100-continue" (its body
-// follows only an interim 100 answer).
+// follows only an interim 100 answer): a case-insensitive token in any
+// of its comma-separated values.
 func expectsContinue(r *http.Request) bool {
-	for _, v := range r.Header.Values("Expect") {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), "100-continue") {
-				return true
-			}
-		}
-	}
-	return false
+	return httpguts.HeaderValuesContainsToken(r.Header["Expect"], "100-continue")
 }
