@@ -9,7 +9,11 @@
 // bytes / 4, with the requested output) or OfferAbandoned → Tokenized
 // (exact input, repriced at the original arrival) → Admitted (an engine
 // from Roles) or Refused (RefusedSized once sized) → FirstToken → Completed, Failed or Expired.
-// Every timestamp is an int64 Unix-nanosecond parameter.
+// Every timestamp is an int64 Unix-nanosecond parameter. A request whose
+// client went away before its last token (a proxy's or an SDK's timeout,
+// a closed stream) is Expired, with its first token's time if one came:
+// it missed its SLOs at the client's deadline, not by an engine's fault
+// (the simulator's --client-timeout reports its cancellations so).
 //
 // # Pending offers (our reading of "request bodies still being read")
 //

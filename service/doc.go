@@ -42,6 +42,8 @@
 //	completed        ts_ns arrival_ns first_token_ns output_tokens [requested_output_tokens=0]
 //	                                                          -> Completed(ts, arrival, first_token, req_out, output)
 //	failed, expired  ts_ns arrival_ns [first_token_ns=0]      -> Failed/Expired(ts, arrival, first_token)
+//	                                                          (expired also for a request whose client
+//	                                                             went away: a timeout, a closed stream)
 //
 // Example:
 //
