@@ -452,9 +452,20 @@ func (c *Core) Failed(nowNs, arrivalNs, firstTokenNs int64) error {
 	return c.ended(buckets.OutcomeFailed, nowNs, arrivalNs, firstTokenNs)
 }
 
-// Expired records a request that ran past its deadline.
+// Expired records a request that ran past its deadline (its client's
+// included). One that got no first token and waited longer than the TTFT
+// SLO is also a prefill observation of at least its wait: observed
+// prefill pressure records (now − arrival) / TTFT SLO for it, so that
+// requests whose clients gave up still count where the queue was
+// (otherwise only the requests that were served would).
 func (c *Core) Expired(nowNs, arrivalNs, firstTokenNs int64) error {
-	return c.ended(buckets.OutcomeExpired, nowNs, arrivalNs, firstTokenNs)
+	if err := c.ended(buckets.OutcomeExpired, nowNs, arrivalNs, firstTokenNs); err != nil {
+		return err
+	}
+	if firstTokenNs == 0 && float64(nowNs-arrivalNs) > c.ttftNs {
+		c.prefillP.Record(nowNs, float64(nowNs-arrivalNs)/c.ttftNs)
+	}
+	return nil
 }
 
 // UpsertEngine adds or replaces an engine.

@@ -40,7 +40,10 @@
 // # Observed phase pressure (our choice where the spec is silent)
 //
 // Observed prefill pressure is the mean of TTFT / TTFT SLO over the short
-// horizon (min_evidence_span_s), recorded by FirstToken. Observed decode
+// horizon (min_evidence_span_s), recorded by FirstToken, and by Expired for
+// a request that got no first token and waited past the TTFT SLO (its
+// wait / TTFT SLO, a lower bound of its TTFT: where clients give up, the
+// requests that were served are the lucky ones). Observed decode
 // pressure is the mean of TPOT / TPOT SLO over the same horizon, where
 // TPOT = (completion − first token) / (output tokens − 1), recorded by
 // Completed for requests with at least two output tokens. The controller

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/narwhal-io/narwhal/core/buckets"
 	"github.com/narwhal-io/narwhal/core/controller"
 )
 
@@ -74,4 +75,44 @@ func TestJournalShowsTheObservedMissShareOfBothPhases(t *testing.T) {
 
 func near(a, b controller.PhaseObservation) bool {
 	return a.Count == b.Count && a.Over == b.Over && math.Abs(a.Mean-b.Mean) < 1e-4 && math.Abs(a.Max-b.Max) < 1e-4
+}
+
+// A request whose client gave up before its first token (Expired with
+// none) after waiting past the TTFT SLO counts in observed prefill
+// pressure at its wait, a lower bound of its TTFT; one that expired
+// within the SLO, one that had its first token, and a Failed one do
+// not. Values by hand (TTFT SLO 0.25 s).
+func TestExpiredWithoutFirstTokenCountsItsWait(t *testing.T) {
+	c := newCore(t)
+	defer c.Close()
+	// Served: 2 first tokens at 0.125 s (ratio 0.5).
+	for i := range 2 {
+		a := at(55 + float64(i))
+		must(t, c.FirstToken(a+0.125e9, a))
+	}
+	// Gone after waiting 1 s and 2 s with no first token: ratios 4 and 8.
+	must(t, c.Expired(at(57)+1e9, at(57), 0))
+	must(t, c.Expired(at(57.5)+2e9, at(57.5), 0))
+	// Not prefill observations: gone within the SLO (0.2 s); expired in
+	// decode (its first token, 0.125 s, was recorded by FirstToken: not
+	// here); failed after 3 s with no first token.
+	must(t, c.Expired(at(58)+0.2e9, at(58), 0))
+	must(t, c.Expired(at(58.5)+1e9, at(58.5), at(58.5)+0.125e9))
+	must(t, c.Failed(at(58.6)+3e9, at(58.6), 0))
+	d := c.Step(at(62))
+	// count 4, over 2, mean (0.5 + 0.5 + 4 + 8) / 4 = 3.25, max 8.
+	want := controller.PhaseObservation{Count: 4, Over: 2, Mean: 3.25, Max: 8}
+	if !near(d.Snapshot.ObservedPrefill, want) {
+		t.Fatalf("observed prefill %+v; want %+v", d.Snapshot.ObservedPrefill, want)
+	}
+	if d.ObservedPrefillMissShare != 0.5 {
+		t.Fatalf("prefill miss share %v; want 0.5", d.ObservedPrefillMissShare)
+	}
+	// Each still counts once in attainment: 4 expired and 1 failed ended,
+	// none met its TTFT but the one with its first token in time.
+	w := c.Attainment().Window(at(0), at(62))
+	ex, fa := w.ByOutcome[buckets.OutcomeExpired], w.ByOutcome[buckets.OutcomeFailed]
+	if ex.Total != 4 || ex.TTFTMet != 1 || fa.Total != 1 || fa.TTFTMet != 0 {
+		t.Fatalf("attainment expired %+v failed %+v; want 4 with 1 TTFT met, 1 with none", ex, fa)
+	}
 }

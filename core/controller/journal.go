@@ -116,7 +116,9 @@ type Decision struct {
 	ObservedPrefillRatio float64  `json:"observed_prefill_ratio"`
 	ObservedDecodeRatio  float64  `json:"observed_decode_ratio"`
 	// ObservedPrefillMissShare: the share of first tokens over the short
-	// horizon that came past the TTFT SLO (observed_prefill over / count).
+	// horizon that came past the TTFT SLO (observed_prefill over / count;
+	// a request that expired waiting past the SLO for its first token
+	// counts as one past it).
 	ObservedPrefillMissShare float64 `json:"observed_prefill_miss_share"`
 	// ObservedDecodeMissShare: the share of requests completed over the
 	// short horizon whose TPOT was past the TPOT SLO.
