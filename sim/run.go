@@ -33,14 +33,10 @@ type Config struct {
 	KVCapacityTokens int64   `json:"kv_capacity_tokens"` // override the profile's KV capacity; 0 keep
 	SampleS          float64 `json:"sample_s"`           // time-series resolution
 	DrainLimitS      float64 `json:"drain_limit_s"`      // after the last arrival, unfinished requests expire
-	// ClientTimeoutS: a client with no first token this many seconds
-	// after it sent its request cancels it (0: clients wait for ever, the
-	// benchmark's default). See the package documentation.
-	ClientTimeoutS  float64 `json:"client_timeout_s,omitempty"`
-	StartUnixNs     int64   `json:"start_unix_ns"` // virtual clock at workload offset 0
-	Seed            uint64  `json:"seed"`
-	NoMaxTokensFrac float64 `json:"no_max_tokens_frac"` // share of requests without max_tokens
-	EstErrSigma     float64 `json:"est_err_sigma"`      // lognormal sigma of the bytes/4 input estimate
+	StartUnixNs      int64   `json:"start_unix_ns"`      // virtual clock at workload offset 0
+	Seed             uint64  `json:"seed"`
+	NoMaxTokensFrac  float64 `json:"no_max_tokens_frac"` // share of requests without max_tokens
+	EstErrSigma      float64 `json:"est_err_sigma"`      // lognormal sigma of the bytes/4 input estimate
 	// EngineSlowdown multiplies the simulated engines' true prefill and
 	// decode times (0: 1).
 	EngineSlowdown float64 `json:"engine_slowdown"`
@@ -64,6 +60,10 @@ type Config struct {
 	// WarmupS: the result also reports the SLO attainment of the requests
 	// arriving at or after this many seconds (0: none).
 	WarmupS float64 `json:"warmup_s"`
+	// ClientTimeoutS: a client with no first token this many seconds
+	// after it sent its request cancels it (0: clients wait for ever, the
+	// benchmark's default). See the package documentation.
+	ClientTimeoutS float64 `json:"client_timeout_s,omitempty"`
 	// Core is the core configuration of the narwhal policy; nil: core.DefaultConfig()
 	// with the SLOs above.
 	Core *core.Config `json:"-"`

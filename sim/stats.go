@@ -137,11 +137,7 @@ type Result struct {
 	Calibrate              bool    `json:"calibrate,omitempty"`
 	Requests               int     `json:"requests"`
 	Completed              int     `json:"completed"`
-	// Cancelled: requests whose clients gave up before their first token
-	// (Config.ClientTimeoutS); they count as missed.
-	Cancelled      int     `json:"cancelled,omitempty"`
-	ClientTimeoutS float64 `json:"client_timeout_s,omitempty"`
-	SLOAttainment  float64 `json:"slo_attainment"`
+	SLOAttainment          float64 `json:"slo_attainment"`
 	// SLOAttainmentAfterWarmup: attainment of the requests arriving at or
 	// after WarmupS (Config.WarmupS > 0).
 	WarmupS                  float64 `json:"warmup_s,omitempty"`
@@ -150,6 +146,10 @@ type Result struct {
 	TPOTAttainment           float64 `json:"tpot_attainment"`
 	GoodputRPS               float64 `json:"goodput_rps"`
 	Moves                    int     `json:"moves"`
+	// Cancelled: requests whose clients gave up before their first
+	// token (Config.ClientTimeoutS); they count as missed.
+	Cancelled      int     `json:"cancelled,omitempty"`
+	ClientTimeoutS float64 `json:"client_timeout_s,omitempty"`
 	// Reversals counts moves in the opposite direction of the move before
 	// (prefill→decode after decode→prefill or back): oscillation shows here.
 	Reversals int `json:"reversals"`
