@@ -95,6 +95,9 @@ func TestPerRequestCallsDoNotAllocate(t *testing.T) {
 		}
 		_ = c.Failed(now+5e8, now, 0)
 		_ = c.Expired(now+5e8, now, now+1e8)
+		// gone after 0.5 s with no first token, past the 0.25-s TTFT SLO:
+		// also a prefill pressure record
+		_ = c.Expired(now+5e8, now, 0)
 		if err := c.Completed(now+3e9, now, now+1e8, 128, 100); !errors.Is(err, ErrAheadOfClock) {
 			t.Fatal(err)
 		}

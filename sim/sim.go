@@ -59,7 +59,6 @@ type simulator struct {
 	moves       int
 	reversals   int
 	quickRevs   int // reversals within quickReversalNs of the move they reverse
-	cancelled   int // requests their clients cancelled (Config.ClientTimeoutS)
 	lastMoveTo  controller.Role
 	lastMoveNs  int64
 	stats       stats
@@ -496,7 +495,6 @@ func (s *simulator) clientTimeout(ri int32) {
 // missed both SLOs) and the router reports it so.
 func (s *simulator) cancel(r *reqState) {
 	r.ended, r.expired, r.cancelled = true, true, true
-	s.cancelled++
 	s.outstanding--
 	s.pol.expired(s, r, s.now)
 }

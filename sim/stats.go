@@ -196,7 +196,6 @@ func (s *simulator) result() *Result {
 		Profile:        s.prof.Name,
 		EngineSlowdown: s.cfg.EngineSlowdown, ControllerProfile: s.cfg.ControllerProfile, Calibrate: s.cfg.Calibrate,
 		Requests:       len(s.reqs),
-		Cancelled:      s.cancelled,
 		ClientTimeoutS: s.cfg.ClientTimeoutS,
 		Moves:          s.moves,
 		Reversals:      s.reversals,
@@ -220,6 +219,9 @@ func (s *simulator) result() *Result {
 		r := &s.reqs[i]
 		if r.doneNs != 0 && !r.expired {
 			res.Completed++
+		}
+		if r.cancelled {
+			res.Cancelled++
 		}
 		a, b := st.met(r)
 		if a {

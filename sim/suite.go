@@ -261,23 +261,19 @@ func runScenario(ctx context.Context, sc Scenario, o SuiteOptions, key string, b
 		if bl, reqs, err = calibrate(ctx, ref, o); err != nil {
 			return res, bl, err
 		}
-		if sc.ClientTimeoutS > 0 {
-			cfg, err := scenarioConfig(sc, bl.TTFTSLOS, bl.TPOTSLOS)
-			if err != nil {
-				return res, bl, err
-			}
-			att, best, n, err := staticBestLocal(ctx, cfg, reqs, bl.BestSplit)
-			if err != nil {
-				return res, bl, fmt.Errorf("static-best with client timeout: %w", err)
-			}
-			bl.StaticBest, bl.BestSplit, bl.Evals = att, best, bl.Evals+n
-			bl.InRange = att >= suiteMinAttainment && att <= suiteMaxAttainment
-		}
 		bl.Key = key
 	}
 	cfg, err := scenarioConfig(sc, bl.TTFTSLOS, bl.TPOTSLOS)
 	if err != nil {
 		return res, bl, err
+	}
+	if !hit && sc.ClientTimeoutS > 0 {
+		att, best, n, err := staticBestLocal(ctx, cfg, reqs, bl.BestSplit)
+		if err != nil {
+			return res, bl, fmt.Errorf("static-best with client timeout: %w", err)
+		}
+		bl.StaticBest, bl.BestSplit, bl.Evals = att, best, bl.Evals+n
+		bl.InRange = att >= suiteMinAttainment && att <= suiteMaxAttainment
 	}
 	if !o.EvenStart {
 		cfg.InitialPrefill = openingSplit(cfg, reqs)
