@@ -54,6 +54,31 @@ type Config struct {
 	Kubernetes KubernetesConfig `yaml:"kubernetes" json:"kubernetes"`
 	// Profiles: measured latency profiles (core/profile/README.md).
 	Profiles ProfilesConfig `yaml:"profiles" json:"profiles"`
+	// ExtProc serves Envoy's external processing filter (service/extproc).
+	ExtProc ExtProcConfig `yaml:"extproc" json:"extproc"`
+}
+
+// ExtProcConfig: a gateway's Envoy as the source of request lifecycles,
+// for gateways whose router posts no events (llm-d's scheduler): the
+// gateway runs Envoy's ext_proc filter in observability mode against this
+// listener, and each HTTP request's stream is reported to the core as
+// /v1/events would be (docs/llm-d.md).
+type ExtProcConfig struct {
+	// Listen is the gRPC listener (host:port) for Envoy's ext_proc
+	// filter; empty (the default) serves none. A stream carries the
+	// routers' token as "authorization: Bearer <token>" metadata (the
+	// filter's grpc_service initial_metadata); with tls.cert_file the
+	// listener speaks TLS with the API's certificate.
+	Listen string `yaml:"listen" json:"listen"`
+	// MaxConnections caps open ext_proc connections (Envoy holds one
+	// or a few per worker thread); one beyond it is closed at once.
+	MaxConnections int64 `yaml:"max_connections" json:"max_connections"`
+	// MaxStreams caps the streams open at once on one connection: one
+	// per HTTP request in flight through that Envoy.
+	MaxStreams int64 `yaml:"max_streams" json:"max_streams"`
+	// MaxMessageBytes bounds one message from Envoy (a body chunk); use
+	// the filter's STREAMED body modes, whose chunks are far smaller.
+	MaxMessageBytes int64 `yaml:"max_message_bytes" json:"max_message_bytes"`
 }
 
 // ProfilesConfig: where latency profiles come from besides the built-in
@@ -258,6 +283,7 @@ func DefaultConfig() Config {
 		Journal:    JournalConfig{MaxSegmentBytes: 32 << 20, KeepSegments: 8, RetryS: 1},
 		Core:       defaultCoreConfig(),
 		Kubernetes: defaultKubernetesConfig(),
+		ExtProc:    ExtProcConfig{MaxConnections: 256, MaxStreams: 8192, MaxMessageBytes: 4 << 20},
 	}
 }
 
@@ -314,6 +340,17 @@ func (c *Config) Validate() error {
 	hostPort("admin_listen", c.AdminListen, true)
 	if c.AdminListen != "" && c.AdminListen == c.Listen {
 		bad("admin_listen must differ from listen, got %q", c.AdminListen)
+	}
+	hostPort("extproc.listen", c.ExtProc.Listen, true)
+	if _, port, _ := net.SplitHostPort(c.ExtProc.Listen); port != "0" && c.ExtProc.Listen != "" && (c.ExtProc.Listen == c.Listen || c.ExtProc.Listen == c.AdminListen) {
+		bad("extproc.listen must differ from listen and admin_listen, got %q", c.ExtProc.Listen)
+	}
+	if c.ExtProc.MaxConnections < 1 || c.ExtProc.MaxStreams < 1 || c.ExtProc.MaxStreams > math.MaxUint32 {
+		bad("extproc.max_connections and extproc.max_streams must be positive (max_streams at most %d), got %d and %d",
+			uint32(math.MaxUint32), c.ExtProc.MaxConnections, c.ExtProc.MaxStreams)
+	}
+	if c.ExtProc.MaxMessageBytes < 64<<10 || c.ExtProc.MaxMessageBytes > 1<<30 {
+		bad("extproc.max_message_bytes must be in [65536, 1073741824], got %d", c.ExtProc.MaxMessageBytes)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -110,6 +110,7 @@ type Server struct {
 
 	api, admin     *http.Server
 	apiLn, adminLn net.Listener
+	sidecars       []*sidecar
 
 	serveOnce sync.Once
 
@@ -190,6 +191,24 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		Help: "API connections answered 503 and closed because http.max_connections were open."})
 	s.forgotten = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_engines_forgotten_total",
 		Help: "Engines removed from the engine table after agents.forget_after_s unlisted by every agent and not live (without kubernetes.enabled)."})
+	for _, sc := range s.sidecars {
+		env := SidecarEnv{Sink: c, Now: s.now, RouterAuth: s.tokens.router.check, Logger: logger.With("component", sc.Setting)}
+		if s.certs != nil {
+			env.TLS = &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12}
+		}
+		srv, cs, err := sc.Build(env)
+		if err != nil {
+			return nil, fmt.Errorf("service: %s: %w", sc.Setting, err)
+		}
+		sc.srv = srv
+		s.extraCollectors = append(s.extraCollectors, cs...)
+		if sc.ConnectionsRefused != nil {
+			s.extraCollectors = append(s.extraCollectors, sc.ConnectionsRefused)
+		}
+	}
+	if cfg.ExtProc.Listen != "" && !s.hasSidecar("extproc.listen") {
+		return nil, errors.New("service: extproc.listen is set, but this server was built without the ext_proc server (service/extproc.ServiceOption)")
+	}
 	idem := newIdemStore(cfg.Events.IdempotencyMaxKeys, idempotencyRetentionNs(cfg.Events.IdempotencyRetentionS, cfg.Limits()), idempotencyMaxBytes)
 	s.prom = prometheus.NewRegistry()
 	cs := []prometheus.Collector{
@@ -237,6 +256,14 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	if s.certs != nil {
 		s.apiLn = tls.NewListener(s.apiLn, &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12})
 	}
+	for _, sc := range s.sidecars {
+		ln, err := net.Listen("tcp", sc.Addr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("service: listen %s %s: %w", sc.Setting, sc.Addr, err)
+		}
+		sc.ln = netcap.New(ln, sc.MaxConnections, sc.limitName(), sc.ConnectionsRefused, logger)
+	}
 	if cfg.AdminListen != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -259,7 +286,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		}
 		ln, err := net.Listen("tcp", cfg.AdminListen)
 		if err != nil {
-			s.apiLn.Close()
+			s.Close()
 			return nil, fmt.Errorf("service: listen admin %s: %w", cfg.AdminListen, err)
 		}
 		s.adminLn = netcap.New(ln, adminMaxConnections, "admin_listen's connection limit", nil, logger)
@@ -273,6 +300,11 @@ func (s *Server) Close() error {
 	err := s.apiLn.Close()
 	if s.adminLn != nil {
 		err = errors.Join(err, s.adminLn.Close())
+	}
+	for _, sc := range s.sidecars {
+		if sc.ln != nil {
+			err = errors.Join(err, sc.ln.Close())
+		}
 	}
 	return err
 }
@@ -309,7 +341,7 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
+	errc := make(chan error, 2+len(s.sidecars))
 	var wg sync.WaitGroup
 	serveHTTP := func(srv *http.Server, ln net.Listener, name string) {
 		defer wg.Done()
@@ -322,6 +354,15 @@ func (s *Server) serve(ctx context.Context) error {
 	if s.admin != nil {
 		wg.Add(1)
 		go serveHTTP(s.admin, s.adminLn, "admin")
+	}
+	for _, sc := range s.sidecars {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sc.srv.Serve(sc.ln); err != nil {
+				errc <- fmt.Errorf("service: %s listener: %w", sc.Setting, err)
+			}
+		}()
 	}
 	loopCtx, stopLoops := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
@@ -381,6 +422,9 @@ func (s *Server) serve(ctx context.Context) error {
 		if err := s.admin.Shutdown(shCtx); err != nil {
 			errs = append(errs, fmt.Errorf("service: admin shutdown: %w", err))
 		}
+	}
+	for _, sc := range s.sidecars {
+		sc.srv.Stop(shCtx)
 	}
 	wg.Wait()
 	stopLoops()

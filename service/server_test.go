@@ -336,3 +336,18 @@ func TestExtraRouteErrors(t *testing.T) {
 		}
 	}
 }
+
+// extproc.listen set on a Server built without service/extproc's option
+// is an error at New, not a setting silently ignored.
+func TestExtProcListenNeedsItsServer(t *testing.T) {
+	cfg := testConfig()
+	cfg.ExtProc.Listen = "127.0.0.1:0"
+	s, err := New(cfg, newRealCore(t, "e1"), nil, WithoutControlLoop())
+	if err == nil {
+		s.Close()
+		t.Fatal("New accepted extproc.listen without the ext_proc server")
+	}
+	if !strings.Contains(err.Error(), "service/extproc.ServiceOption") {
+		t.Fatalf("error %q does not say what is missing", err)
+	}
+}
