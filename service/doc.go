@@ -20,7 +20,10 @@
 //	POST /v1/demand/deltas  with kubernetes.enabled: routers' demand deltas (bearer token; 409 on a follower)
 //
 // pprof is served only on admin_listen (off by default), never on the API
-// listener.
+// listener. With extproc.listen set, a gRPC listener serves Envoy's ext_proc
+// filter (routers' bearer token as "authorization" metadata): the requests a
+// gateway proxies are reported as their events would be (package
+// service/extproc).
 //
 // # Event schema (POST /v1/events)
 //

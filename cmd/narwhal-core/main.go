@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/narwhal-io/narwhal/service"
+	"github.com/narwhal-io/narwhal/service/extproc"
 	"github.com/narwhal-io/narwhal/service/kube"
 )
 
@@ -72,7 +73,7 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes.enabled: %w", err)
 		}
-		srv, _, err := kube.NewServer(cfg, client, logger)
+		srv, _, err := kube.NewServer(cfg, client, logger, extproc.ServiceOption(cfg))
 		if err != nil {
 			return err
 		}
@@ -82,7 +83,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := service.New(cfg, c, logger)
+	srv, err := service.New(cfg, c, logger, extproc.ServiceOption(cfg))
 	if err != nil {
 		_ = c.Close()
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/narwhal-io/narwhal/agent/kubediscover"
 	"github.com/narwhal-io/narwhal/internal/testcert"
 	"github.com/narwhal-io/narwhal/service"
+	"github.com/narwhal-io/narwhal/service/extproc"
 	"github.com/narwhal-io/narwhal/service/kube"
 )
 
@@ -48,6 +49,7 @@ func Catalog() ([]Metric, error) {
 	defer os.RemoveAll(dataDir)
 	cfg := service.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.ExtProc.Listen = "127.0.0.1:0"
 	cfg.DataDir = dataDir
 	cfg.Auth.Token = "catalog"
 	cfg.Agents.Required = false
@@ -56,7 +58,7 @@ func Catalog() ([]Metric, error) {
 	if cfg.TLS.CertFile, cfg.TLS.KeyFile, err = writeKeyPair(dataDir); err != nil {
 		return nil, err
 	}
-	srv, _, err := kube.NewServer(cfg, fake.NewClientset(), quiet)
+	srv, _, err := kube.NewServer(cfg, fake.NewClientset(), quiet, extproc.ServiceOption(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("refdocs: building a core: %w", err)
 	}
