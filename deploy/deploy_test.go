@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -681,6 +682,57 @@ func TestChartPriorityClasses(t *testing.T) {
 		}
 		if got := ds.Spec.Template.Spec.PriorityClassName; got != "system-node-critical" {
 			t.Errorf("--set %s: agent priorityClassName %q, want system-node-critical", tc.set, got)
+		}
+	}
+}
+
+// TestChartExtProc: core.extproc.enabled (on in the llm-d preset) makes
+// every core pod serve Envoy's ext_proc filter: extproc.listen in
+// core.yaml as narwhal-core loads it, a container port and a port named
+// extproc on the core's Service; off by default, none of them.
+func TestChartExtProc(t *testing.T) {
+	h := helm(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		listen string
+	}{
+		{"default", nil, ""},
+		{"llm-d preset", []string{"-f", "../charts/narwhal/values-llm-d.yaml"}, ":9002"},
+		{"own port", []string{"--set", "core.extproc.enabled=true,core.extproc.port=9100"}, ":9100"},
+	} {
+		args := append([]string{"template", "narwhal", "../charts/narwhal", "-n", "narwhal"}, tc.args...)
+		objs := decodeAll(t, tc.name, render(t, h, args...))
+		cm := find(objs, func(c *corev1.ConfigMap) bool { return c.Data["core.yaml"] != "" })
+		write := tempWriter(t)
+		cfg, err := service.Load([]string{"--config", write("core.yaml", cm.Data["core.yaml"])}, coreEnv(write, "narwhal", cm))
+		if err != nil {
+			t.Fatalf("%s: core.yaml: %v", tc.name, err)
+		}
+		if cfg.ExtProc.Listen != tc.listen {
+			t.Errorf("%s: extproc.listen %q, want %q", tc.name, cfg.ExtProc.Listen, tc.listen)
+		}
+		dep := find(objs, func(d *appsv1.Deployment) bool { return d.Name == "narwhal-core" })
+		var port int32
+		for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+			if p.Name == "extproc" {
+				port = p.ContainerPort
+			}
+		}
+		svc := find(objs, func(s *corev1.Service) bool { return s.Name == "narwhal-core" })
+		var svcPort int32
+		for _, p := range svc.Spec.Ports {
+			if p.Name == "extproc" && p.TargetPort.String() == "extproc" {
+				svcPort = p.Port
+			}
+		}
+		want := int32(0)
+		if tc.listen != "" {
+			n, _ := strconv.Atoi(strings.TrimPrefix(tc.listen, ":"))
+			want = int32(n)
+		}
+		if port != want || svcPort != want {
+			t.Errorf("%s: container port %d, Service port %d; want %d", tc.name, port, svcPort, want)
 		}
 	}
 }
