@@ -297,6 +297,7 @@ var mayBeEmpty = []struct{ metric, why string }{
 	{"narwhal_leader_is_leader", "leader election runs with kubernetes.enabled only; the demo has no Lease"},
 	{"narwhal_auth_token_reloads_total", "token file reloads: the demo's token is fixed, not read from a file"},
 	{"narwhal_tls_certificate_not_after_seconds", "the TLS listener's certificate: the demo serves plain HTTP"},
+	{"narwhal_extproc_streams_total", "Envoy's ext_proc streams: the demo serves no extproc.listen"},
 }
 
 func emptyReason(expr string) (struct{ metric, why string }, bool) {
