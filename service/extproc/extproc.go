@@ -16,22 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-)
 
-// Sink takes the lifecycle calls (the core facade, *core.Core, has them
-// all).
-type Sink interface {
-	OfferStarted(nowNs int64)
-	OfferAbandoned(nowNs int64) error
-	OfferSized(arrivalNs, estInput, reqOutput int64) error
-	Tokenized(arrivalNs, estInput, exactInput, reqOutput int64) error
-	Refused(nowNs int64) error
-	RefusedSized(nowNs, arrivalNs int64) error
-	FirstToken(nowNs, arrivalNs int64) error
-	Completed(nowNs, arrivalNs, firstTokenNs, reqOutput, outputTokens int64) error
-	Failed(nowNs, arrivalNs, firstTokenNs int64) error
-	Expired(nowNs, arrivalNs, firstTokenNs int64) error
-}
+	"github.com/narwhal-io/narwhal/service"
+)
 
 // Options configure a Processor.
 type Options struct {
@@ -69,10 +56,11 @@ var outcomes = []string{OutcomeCompleted, OutcomeUnmeasured, OutcomeFailed, Outc
 	OutcomeAbandoned, OutcomeIgnored, OutcomeUnauthenticated, OutcomeTooLong, OutcomeCut}
 
 // Processor is Envoy's external processor (envoy.service.ext_proc.v3)
-// that reports what it sees to a Sink. Register it on a grpc.Server.
+// that reports what it sees to the core. Register it on a grpc.Server
+// (ServiceOption does, for narwhal-core).
 type Processor struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	sink Sink
+	sink service.EventSink
 	o    Options
 
 	streams *prometheus.CounterVec
@@ -86,8 +74,9 @@ type Processor struct {
 // server is stopping and cuts them, their clients did not go away.
 func (p *Processor) Quiet() { p.quiet.Store(true) }
 
-// New returns a Processor reporting to sink.
-func New(sink Sink, o Options) *Processor {
+// New returns a Processor reporting to sink (the core facade, or
+// service.SidecarEnv's Sink).
+func New(sink service.EventSink, o Options) *Processor {
 	if o.Now == nil {
 		o.Now = func() int64 { return time.Now().UnixNano() }
 	}

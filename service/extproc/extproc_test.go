@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 )
 
-// recorder is a Sink that lists the calls it got (a fake for this
+// recorder is an event sink that lists the calls it got (a fake for this
 // package's unit tests; service's tests run the real core).
 type recorder struct {
 	mu    sync.Mutex
@@ -48,6 +48,9 @@ func (r *recorder) OfferAbandoned(now int64) error { return r.add("OfferAbandone
 func (r *recorder) OfferSized(a, e, o int64) error { return r.add("OfferSized(%d,%d,%d)", a, e, o) }
 func (r *recorder) Tokenized(a, e, x, o int64) error {
 	return r.add("Tokenized(%d,%d,%d,%d)", a, e, x, o)
+}
+func (r *recorder) Admitted(now int64, e string, in, o int64) error {
+	return r.add("Admitted(%d,%s,%d,%d)", now, e, in, o)
 }
 func (r *recorder) Refused(now int64) error         { return r.add("Refused(%d)", now) }
 func (r *recorder) RefusedSized(now, a int64) error { return r.add("RefusedSized(%d,%d)", now, a) }
