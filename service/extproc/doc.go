@@ -53,6 +53,14 @@
 //     batch them; without a usage block (stream_options.include_usage)
 //     the count of data events is the output, within a token or two
 //     (the role-only first event, the finish event).
+//   - The filter's processing mode measured in full is headers SEND and
+//     bodies STREAMED (docs/llm-d.md). With a body mode NONE, which Envoy
+//     names in the first message's protocol_config, a request is sized
+//     by its Content-Length and its response counts as demand only; with
+//     response headers skipped, a response body is a success, streamed
+//     when it reads as server-sent events. A stream that closes after a
+//     2xx header and no body (a response body mode NONE the processor
+//     was not told of) is reported expired.
 //   - Observability mode is the intended one (Envoy does not wait for the
 //     processor, and ignores its answers); outside it each message is
 //     answered "continue unchanged", which adds a round trip to every

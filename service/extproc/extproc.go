@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -130,6 +132,9 @@ type request struct {
 	body     numScan
 	resp     numScan
 	events   sseCount
+	// The filter's body modes, when Envoy says (protocol_config, on the
+	// first message): a body it will not send is never waited for.
+	noReqBody, noRespBody bool
 }
 
 // Process serves one stream: one HTTP request's headers, bodies and
@@ -224,6 +229,10 @@ func continueResponse(m *extprocv3.ProcessingRequest) *extprocv3.ProcessingRespo
 
 func (p *Processor) handle(r *request, m *extprocv3.ProcessingRequest) {
 	now := p.o.Now()
+	if pc := m.GetProtocolConfig(); pc != nil {
+		r.noReqBody = pc.GetRequestBodyMode() == filterv3.ProcessingMode_NONE
+		r.noRespBody = pc.GetResponseBodyMode() == filterv3.ProcessingMode_NONE
+	}
 	switch {
 	case m.GetRequestHeaders() != nil:
 		h := m.GetRequestHeaders()
@@ -237,9 +246,14 @@ func (p *Processor) handle(r *request, m *extprocv3.ProcessingRequest) {
 		}
 		r.started, r.arrival = true, now
 		p.sink.OfferStarted(now)
-		if h.GetEndOfStream() { // a POST without a body
+		switch {
+		case h.GetEndOfStream(): // a POST without a body
 			p.call("offer_abandoned", p.sink.OfferAbandoned(now))
 			r.ended, r.outcome = true, OutcomeAbandoned
+		case r.noReqBody: // sized by its Content-Length alone
+			r.bytes, _ = strconv.ParseInt(header(h.GetHeaders(), "content-length"), 10, 64)
+			r.bytes = max(0, r.bytes)
+			p.size(r)
 		}
 	case m.GetRequestBody() != nil:
 		b := m.GetRequestBody()
@@ -271,16 +285,30 @@ func (p *Processor) handle(r *request, m *extprocv3.ProcessingRequest) {
 			r.ended, r.outcome = true, OutcomeAbandoned
 			return
 		}
-		if h.GetEndOfStream() {
+		switch {
+		case h.GetEndOfStream():
 			p.call("failed", p.sink.Failed(now, r.arrival, 0))
 			r.ended, r.outcome = true, OutcomeFailed
+		case r.noRespBody: // no body will come to time: demand only
+			r.ended, r.outcome = true, OutcomeUnmeasured
 		}
 	case m.GetResponseBody() != nil:
 		b := m.GetResponseBody()
-		if !r.sized || r.ended || r.status == 0 {
+		if !r.sized || r.ended {
 			return
 		}
 		body := b.GetBody()
+		if r.status == 0 && len(body) > 0 {
+			// response headers not sent (response_header_mode SKIP): a body
+			// came, so the response is a success; streamed if it reads as
+			// server-sent events
+			r.status = 200
+			t := bytes.TrimLeft(body, " \r\n")
+			r.sse = bytes.HasPrefix(t, []byte("data:")) || bytes.HasPrefix(t, []byte(":")) || bytes.HasPrefix(t, []byte("event:"))
+		}
+		if r.status == 0 {
+			return
+		}
 		if len(body) > 0 && !r.gotBody {
 			r.gotBody = true
 			if r.sse {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -316,6 +317,48 @@ func TestEarlyEnds(t *testing.T) {
 			{1, respHeaders(true, 200, "application/json")},
 			{1, respBody(true, `{"data":[]}`, true)},
 		}, nil, OutcomeIgnored},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, Options{})
+			if _, err := h.run(context.Background(), c.steps); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return testutil.ToFloat64(h.p.streams.WithLabelValues(c.outcome)) == 1 })
+			if got := h.rec.got(); !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("calls\n got %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+// Filter modes that leave messages out: bodies Envoy says it will not
+// send are not waited for, and a body without response headers (their
+// mode SKIP) is read as a success, streamed when it is server-sent
+// events.
+func TestModesThatSendLess(t *testing.T) {
+	noBodies := &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_NONE, ResponseBodyMode: filterv3.ProcessingMode_NONE}
+	first := reqHeaders(true, "POST", "/v1/completions", false)
+	first.GetRequestHeaders().Headers.Headers = append(first.GetRequestHeaders().Headers.Headers,
+		&corev3.HeaderValue{Key: "Content-Length", RawValue: []byte("400")})
+	first.ProtocolConfig = noBodies
+	cases := []struct {
+		name    string
+		steps   []step
+		want    []string
+		outcome string
+	}{
+		{"no bodies sent", []step{
+			{1, first},
+			{2, respHeaders(true, 200, "text/event-stream")},
+		}, []string{"OfferStarted(1000000000)", "OfferSized(1000000000,100,0)"}, OutcomeUnmeasured},
+		{"no response headers sent", []step{
+			{1, reqHeaders(true, "POST", "/v1/completions", false)},
+			{1, reqBody(true, `{"max_tokens":3}`, true)},
+			{2, respBody(true, "\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\n", false)},
+			{3, respBody(true, "data: {\"choices\":[{\"text\":\"b\"}]}\n\ndata: [DONE]\n\n", true)},
+		}, []string{"OfferStarted(1000000000)", "OfferSized(1000000000,4,3)", "FirstToken(2000000000,1000000000)",
+			"Completed(3000000000,1000000000,2000000000,3,2)"}, OutcomeCompleted},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
