@@ -269,12 +269,7 @@ func TestEveryMessageAnsweredOutsideObservabilityMode(t *testing.T) {
 // How each early end is reported.
 func TestEarlyEnds(t *testing.T) {
 	body := `{"max_tokens":16}` // 17 bytes: estimate 5
-	cases := []struct {
-		name    string
-		steps   []step
-		want    []string
-		outcome string
-	}{
+	runCases(t, []streamCase{
 		{"client gone after the first token", []step{
 			{1, reqHeaders(true, "POST", "/v1/chat/completions", false)},
 			{1, reqBody(true, body, true)},
@@ -317,7 +312,20 @@ func TestEarlyEnds(t *testing.T) {
 			{1, respHeaders(true, 200, "application/json")},
 			{1, respBody(true, `{"data":[]}`, true)},
 		}, nil, OutcomeIgnored},
-	}
+	})
+}
+
+// streamCase is one stream's messages, the calls they make and the
+// stream's outcome.
+type streamCase struct {
+	name    string
+	steps   []step
+	want    []string
+	outcome string
+}
+
+func runCases(t *testing.T, cases []streamCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, Options{})
@@ -342,12 +350,7 @@ func TestModesThatSendLess(t *testing.T) {
 	first.GetRequestHeaders().Headers.Headers = append(first.GetRequestHeaders().Headers.Headers,
 		&corev3.HeaderValue{Key: "Content-Length", RawValue: []byte("400")})
 	first.ProtocolConfig = noBodies
-	cases := []struct {
-		name    string
-		steps   []step
-		want    []string
-		outcome string
-	}{
+	runCases(t, []streamCase{
 		{"no bodies sent", []step{
 			{1, first},
 			{2, respHeaders(true, 200, "text/event-stream")},
@@ -359,19 +362,7 @@ func TestModesThatSendLess(t *testing.T) {
 			{3, respBody(true, "data: {\"choices\":[{\"text\":\"b\"}]}\n\ndata: [DONE]\n\n", true)},
 		}, []string{"OfferStarted(1000000000)", "OfferSized(1000000000,4,3)", "FirstToken(2000000000,1000000000)",
 			"Completed(3000000000,1000000000,2000000000,3,2)"}, OutcomeCompleted},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, Options{})
-			if _, err := h.run(context.Background(), c.steps); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, func() bool { return testutil.ToFloat64(h.p.streams.WithLabelValues(c.outcome)) == 1 })
-			if got := h.rec.got(); !reflect.DeepEqual(got, c.want) {
-				t.Fatalf("calls\n got %q\nwant %q", got, c.want)
-			}
-		})
-	}
+	})
 }
 
 // A stream is refused without the token, and nothing is reported.
