@@ -342,7 +342,9 @@ func (c *Config) Validate() error {
 		bad("admin_listen must differ from listen, got %q", c.AdminListen)
 	}
 	hostPort("extproc.listen", c.ExtProc.Listen, true)
-	if _, port, _ := net.SplitHostPort(c.ExtProc.Listen); port != "0" && c.ExtProc.Listen != "" && (c.ExtProc.Listen == c.Listen || c.ExtProc.Listen == c.AdminListen) {
+	// (port 0 on both picks two free ports)
+	if _, port, _ := net.SplitHostPort(c.ExtProc.Listen); port != "0" && c.ExtProc.Listen != "" &&
+		(c.ExtProc.Listen == c.Listen || c.ExtProc.Listen == c.AdminListen) {
 		bad("extproc.listen must differ from listen and admin_listen, got %q", c.ExtProc.Listen)
 	}
 	if c.ExtProc.MaxConnections < 1 || c.ExtProc.MaxStreams < 1 || c.ExtProc.MaxStreams > math.MaxUint32 {

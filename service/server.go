@@ -192,11 +192,8 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	s.forgotten = prometheus.NewCounter(prometheus.CounterOpts{Name: "narwhal_engines_forgotten_total",
 		Help: "Engines removed from the engine table after agents.forget_after_s unlisted by every agent and not live (without kubernetes.enabled)."})
 	for _, sc := range s.sidecars {
-		env := SidecarEnv{Sink: c, Now: s.now, RouterAuth: s.tokens.router.check, Logger: logger.With("component", sc.Setting)}
-		if s.certs != nil {
-			env.TLS = &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12}
-		}
-		srv, cs, err := sc.Build(env)
+		srv, cs, err := sc.Build(SidecarEnv{Sink: c, Now: s.now, RouterAuth: s.tokens.router.check,
+			TLS: s.tlsConfig(), Logger: logger.With("component", sc.Setting)})
 		if err != nil {
 			return nil, fmt.Errorf("service: %s: %w", sc.Setting, err)
 		}
@@ -254,7 +251,7 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 	}
 	s.apiLn = netcap.New(s.apiLn, effectiveMaxConnections(cfg.HTTP.MaxConnections, logger), "http.max_connections", s.connRefused, logger)
 	if s.certs != nil {
-		s.apiLn = tls.NewListener(s.apiLn, &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12})
+		s.apiLn = tls.NewListener(s.apiLn, s.tlsConfig())
 	}
 	for _, sc := range s.sidecars {
 		ln, err := net.Listen("tcp", sc.Addr)
@@ -292,6 +289,15 @@ func New(cfg Config, c Core, logger *slog.Logger, opts ...Option) (*Server, erro
 		s.adminLn = netcap.New(ln, adminMaxConnections, "admin_listen's connection limit", nil, logger)
 	}
 	return s, nil
+}
+
+// tlsConfig serves the reloading certificate (TLS 1.2 or later); nil
+// without tls.cert_file.
+func (s *Server) tlsConfig() *tls.Config {
+	if s.certs == nil {
+		return nil
+	}
+	return &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12}
 }
 
 // Close releases the listeners of a Server that will not Serve (Serve
@@ -401,6 +407,9 @@ func (s *Server) serve(ctx context.Context) error {
 		}
 	}()
 	s.log.Info("serving", "addr", s.Addr().String(), "tls", s.cfg.TLS.CertFile != "", "admin", s.cfg.AdminListen)
+	for _, sc := range s.sidecars {
+		s.log.Info("serving sidecar", "setting", sc.Setting, "addr", sc.ln.Addr().String(), "tls", s.certs != nil)
+	}
 
 	var serveErr error
 	select {
