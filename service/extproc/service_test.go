@@ -2,10 +2,14 @@ package extproc_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,12 +19,14 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/narwhal-io/narwhal/core"
 	"github.com/narwhal-io/narwhal/core/controller"
+	"github.com/narwhal-io/narwhal/internal/testcert"
 	"github.com/narwhal-io/narwhal/service"
 	"github.com/narwhal-io/narwhal/service/extproc"
 )
@@ -222,5 +228,81 @@ func TestExtProcReportsToTheCore(t *testing.T) {
 	}
 	if m := get(t, s.Handler(), "/metrics"); !strings.Contains(m, `narwhal_extproc_streams_total{outcome="cut"} 1`+"\n") {
 		t.Fatal(`/metrics lacks narwhal_extproc_streams_total{outcome="cut"} 1 after the stop`)
+	}
+}
+
+// With tls.cert_file the ext_proc listener speaks TLS with the API's
+// certificate: a client trusting its CA opens a stream that reports, a
+// plain-text client gets nothing through.
+func TestExtProcOverTLS(t *testing.T) {
+	ca, err := testcert.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := testcert.Server(ca, 7, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := core.New(core.DefaultConfig(), core.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := service.DefaultConfig()
+	cfg.Listen, cfg.ExtProc.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Auth.Token, cfg.Agents.Required = testToken, false
+	cfg.TLS.CertFile, cfg.TLS.KeyFile = certFile, keyFile
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := service.New(cfg, rc, nil, service.WithoutControlLoop(), extproc.ServiceOption(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	addr := s.SidecarAddr("extproc.listen").String()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	for _, tc := range []struct {
+		name  string
+		creds credentials.TransportCredentials
+		ok    bool
+	}{
+		{"plain text", insecure.NewCredentials(), false},
+		{"TLS", credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), true},
+	} {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(tc.creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+testToken), 5*time.Second)
+		st, err := extprocv3.NewExternalProcessorClient(conn).Process(sctx)
+		if err == nil {
+			err = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+				RequestHeaders: epHeaders(":method", "POST", ":path", "/v1/completions")}})
+		}
+		if err == nil {
+			_, err = st.Recv() // the answer to the headers (observability mode off)
+		}
+		scancel()
+		conn.Close()
+		if (err == nil) != tc.ok {
+			t.Fatalf("%s: stream error %v, want ok %v", tc.name, err, tc.ok)
+		}
 	}
 }
