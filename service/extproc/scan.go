@@ -4,16 +4,18 @@ import "bytes"
 
 // numScan finds integer values of JSON keys ("max_tokens": 256) in a
 // byte stream fed in chunks, holding only a short carry between chunks:
-// a request body or a response is never buffered whole. A key's quoted
-// name followed by a colon can only be a key (inside a JSON string its
-// quotes would be escaped); a key whose value is not a plain non-negative
-// integer (an object, a string, a float) is not taken. The last match of
-// each key wins. Keys may be nested (a key of the same name in a tool's
-// schema holds an object, which is not taken).
+// a request body or a response is never buffered whole, nor copied (only
+// the carry and the next chunk's first scanCarry bytes are, to find what a
+// chunk boundary cut). A key's quoted name followed by a colon can only
+// be a key (inside a JSON string its quotes would be escaped); a key
+// whose value is not a plain non-negative integer (an object, a string, a
+// float) is not taken. The last match of each key wins. Keys may be
+// nested (a key of the same name in a tool's schema holds an object,
+// which is not taken).
 type numScan struct {
 	carry [scanCarry]byte
 	n     int
-	buf   []byte // scratch: carry + chunk (reused; at most one chunk larger)
+	seam  [2 * scanCarry]byte // carry + the chunk's head
 	val   [maxKeys]int64
 	found [maxKeys]bool
 }
@@ -26,32 +28,45 @@ const (
 	maxDigits = 18 // below 2^63
 )
 
-// feed scans chunk for keys (each a quoted name, e.g. `"max_tokens"`).
+// feed scans chunk for keys (each a quoted name, e.g. `"max_tokens"`):
+// first the seam (the carry and the chunk's head), for the matches that
+// start in the carry, then the chunk itself.
 func (s *numScan) feed(chunk []byte, keys *[maxKeys][]byte) {
-	s.buf = append(append(s.buf[:0], s.carry[:s.n]...), chunk...)
-	b := s.buf
+	if s.n > 0 {
+		seam := append(s.seam[:0], s.carry[:s.n]...)
+		seam = append(seam, chunk[:min(len(chunk), scanCarry)]...)
+		s.scan(seam, s.n, keys)
+	}
+	s.scan(chunk, len(chunk), keys)
+	if len(chunk) >= scanCarry {
+		s.n = copy(s.carry[:], chunk[len(chunk)-scanCarry:])
+		return
+	}
+	// a short chunk: the carry keeps its own tail and the chunk
+	keep := min(s.n, scanCarry-len(chunk))
+	copy(s.carry[:], s.carry[s.n-keep:s.n])
+	s.n = keep + copy(s.carry[keep:], chunk)
+}
+
+// scan records the keys' values in b for matches starting before limit.
+func (s *numScan) scan(b []byte, limit int, keys *[maxKeys][]byte) {
 	for k, key := range keys {
 		if len(key) == 0 {
 			continue
 		}
-		for off := 0; ; {
+		for off := 0; off < limit; {
 			i := bytes.Index(b[off:], key)
-			if i < 0 {
+			if i < 0 || off+i >= limit {
 				break
 			}
 			i += off
-			// A value cut at the chunk's end is read again from the carry
-			// (the last scanCarry bytes) when the next chunk comes.
-			v, ok := intAfterColon(b, i+len(key))
-			if ok {
+			// A value cut at b's end is read again from the carry when
+			// the next chunk comes.
+			if v, ok := intAfterColon(b, i+len(key)); ok {
 				s.val[k], s.found[k] = v, true
 			}
 			off = i + 1
 		}
-	}
-	s.n = copy(s.carry[:], b[max(0, len(b)-scanCarry):])
-	if cap(s.buf) > 1<<20 {
-		s.buf = nil // a rare huge chunk does not stay with the stream
 	}
 }
 

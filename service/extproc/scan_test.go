@@ -51,9 +51,6 @@ func TestNumScanCarryIsBounded(t *testing.T) {
 	if s.n != scanCarry {
 		t.Fatalf("carry %d bytes, want %d", s.n, scanCarry)
 	}
-	if s.buf != nil {
-		t.Fatalf("scratch of %d bytes kept after a 3 MiB chunk", cap(s.buf))
-	}
 	s.feed([]byte(`,"max_tokens":64}`), &reqKeys)
 	if !s.found[0] || s.val[0] != 64 {
 		t.Fatalf("max_tokens after a large chunk: %v %d", s.found[0], s.val[0])
@@ -116,4 +113,22 @@ func FuzzScanners(f *testing.F) {
 			t.Fatalf("cut at %d: %d events, uncut %d", cut, c2.events, c1.events)
 		}
 	})
+}
+
+// Neither scanner copies a chunk: feeding allocates nothing, however
+// large the chunk.
+func TestScannersDoNotAllocate(t *testing.T) {
+	chunk := []byte(strings.Repeat(`{"choices":[{"delta":{"content":"x"}}]}`+"\n\n", 2000) + `"completion_tokens":12,`)
+	var s numScan
+	var c sseCount
+	if n := testing.AllocsPerRun(100, func() {
+		s.feed(chunk, &respKeys)
+		s.feed(chunk[:10], &respKeys)
+		c.feed(chunk)
+	}); n != 0 {
+		t.Fatalf("%v allocations per feed, want 0", n)
+	}
+	if !s.found[1] || s.val[1] != 12 {
+		t.Fatalf("completion_tokens %v %d, want 12", s.found[1], s.val[1])
+	}
 }
