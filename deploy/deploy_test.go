@@ -353,7 +353,7 @@ func TestChartNotes(t *testing.T) {
 			"rollout status daemonset/narwhal-agent",
 			"get secret narwhal-token -o jsonpath='{.data.token}'",
 			"WARNING: TLS is off",
-		}},
+		}, not: []string{"Gateway:"}},
 		{name: "tls, own secret, llm-d, no agent",
 			set: "tls.existingSecret=core-tls,auth.existingSecret=my-tokens,roles.preset=llm-d,agent.enabled=false,engines.allNamespaces=true,core.listenPort=9000",
 			want: []string{
@@ -364,7 +364,9 @@ func TestChartNotes(t *testing.T) {
 				"Agents: off",
 				"port-forward service/narwhal-core-leader 8080:9000",
 			},
-			not: []string{"WARNING", "was generated", "daemonset/"}},
+			not: []string{"WARNING", "was generated", "daemonset/", "Gateway:"}},
+		{name: "ext_proc on", set: "core.extproc.enabled=true,core.extproc.port=9100",
+			want: []string{"Gateway: Envoy's ext_proc filter, observability mode, to narwhal-core.llm.svc:9100 (gRPC;"}},
 	} {
 		got := notes(c.set)
 		for _, w := range c.want {
