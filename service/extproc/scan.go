@@ -21,7 +21,7 @@ type numScan struct {
 }
 
 const (
-	// scanCarry holds a key, its colon, spaces and up to 19 digits that
+	// scanCarry holds a key, its colon, spaces and up to maxDigits digits that
 	// a chunk boundary cut.
 	scanCarry = 96
 	maxKeys   = 2
